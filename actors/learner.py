@@ -1,0 +1,125 @@
+"""Learner (the policy being trained) and Reference (frozen policy for KL)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from relay.algos import aggregate, kl_penalty, masked_mean, policy_loss, truncated_is_weights
+from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
+from relay.config import Config
+from relay.models.loading import load_model
+from relay.policy import response_logprobs
+from relay.types import Batch
+
+
+class Reference:
+    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+        torch.set_num_threads(num_threads)
+        self.temperature = cfg.rollout.temperature
+        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).eval()
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        return response_logprobs(self.model, batch, self.temperature)[0]
+
+
+class Learner:
+    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+        torch.set_num_threads(num_threads)
+        torch.manual_seed(cfg.run.seed)
+        self.cfg = cfg
+        self.temperature = cfg.rollout.temperature
+        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code)
+        self.model.train()
+        t = cfg.training
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        return response_logprobs(self.model, batch, self.temperature)[0]
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
+        t, a = self.cfg.training, self.cfg.algorithm
+        start = time.perf_counter()
+        history: dict[str, list[float]] = {}
+        # Token-mean over the whole mini-batch: weight each micro-batch by its share of tokens.
+        generator = torch.Generator().manual_seed(self.cfg.run.seed + int(batch.group_ids[0]))
+        for _ in range(t.ppo_epochs):
+            order = torch.randperm(len(batch), generator=generator) if t.mini_batches > 1 else torch.arange(len(batch))
+            for mini_idx in order.chunk(t.mini_batches):
+                mini = batch.select(mini_idx)
+                mini_tokens = mini.loss_mask.sum().clamp(min=1)
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro_idx in torch.arange(len(mini)).split(t.micro_batch_size):
+                    micro = mini.select(micro_idx)
+                    loss, metrics = self._loss(micro)
+                    weight = micro.loss_mask.sum() / mini_tokens if a.loss_agg == "token-mean" else len(micro) / len(mini)
+                    (loss * weight).backward()
+                    for k, v in metrics.items():
+                        history.setdefault(k, []).append(v)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+                self.optimizer.step()
+                history.setdefault("actor/grad_norm", []).append(float(grad_norm))
+        out = {k: float(np.mean(v)) for k, v in history.items()}
+        out["time/update_s"] = time.perf_counter() - start
+        return out
+
+    def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        a = self.cfg.algorithm
+        mask = micro.loss_mask
+        logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
+        old = micro.extras["old_logprobs"]
+        is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
+        loss, metrics = policy_loss(
+            a.policy_loss, logprobs=logprobs, old_logprobs=old, advantages=micro.extras["advantages"],
+            loss_mask=mask, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c,
+            agg_mode=a.loss_agg, is_weights=is_weights,
+        )
+        metrics = {f"actor/{k}": float(v) for k, v in metrics.items()}
+        metrics["actor/pg_loss"] = float(loss.detach())
+        if a.kl_coef > 0 and a.kl_in == "loss":
+            kl = aggregate(kl_penalty(logprobs, micro.extras["ref_logprobs"], a.kl_estimator), mask, a.loss_agg)
+            loss = loss + a.kl_coef * kl
+            metrics["actor/kl_loss"] = float(kl)
+        ent = aggregate(entropy, mask, a.loss_agg)
+        if a.entropy_coef:
+            loss = loss - a.entropy_coef * ent
+        metrics["actor/entropy"] = float(ent.detach())
+        metrics["actor/loss"] = float(loss.detach())
+        return loss, metrics
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Numpy arrays: the object store hands them to every worker zero-copy (FINDINGS.md)."""
+        return {name: to_numpy(p) for name, p in self.model.state_dict().items()}
+
+    def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+        """Everything an exact resume needs: weights, optimizer, this process's RNG."""
+        opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
+        policy = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return {"policy": policy, "optimizer": opt_tensors}, {"optimizer": opt_skeleton, "rng": capture_rng()}
+
+    def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
+        self.model.load_state_dict(groups["policy"], strict=False)
+        self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
+        restore_rng(meta["rng"])
+
+    def save_hf(self, folder: str, tokenizer_path: str) -> None:
+        from relay.checkpoint import save_hf_model
+        from relay.models.loading import load_tokenizer
+
+        save_hf_model(self.model, load_tokenizer(tokenizer_path), folder)
+
+    def peak_memory_mb(self) -> float:
+        from actors.rollout import peak_rss_mb
+
+        return peak_rss_mb()
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:  # numpy has no bf16: send fp32, the receiver casts back on copy
+        t = t.float()
+    return t.numpy()

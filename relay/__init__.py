@@ -1,0 +1,1 @@
+"""relay: the pure library (torch + stdlib + transformers). Never imports ray."""

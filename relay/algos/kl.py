@@ -1,0 +1,115 @@
+"""KL(pi || ref) per-token estimators and the KL coefficient controllers.
+
+Estimators follow Schulman, "Approximating KL Divergence" (2020), for tokens sampled from pi:
+  k1 = log pi - log ref                      unbiased, high variance, can be negative
+  k2 = 0.5 (log pi - log ref)^2              biased, low variance, >= 0
+  k3 = ref/pi - log(ref/pi) - 1              unbiased, low variance, >= 0
+
+Which to use depends on where the KL goes (Tang & Munos 2025, "On a few pitfalls in KL
+divergence gradient estimation for RL"):
+  * as a reward penalty (no gradient through it): k1 or k3 give the KL *value*;
+  * as a loss term (differentiated, GRPO style): on-policy, grad of k2 is the gradient of
+    KL(pi || ref) in expectation, while grad of k3 is the gradient of the *forward*
+    KL(ref || pi); grad of k1 is 0 in expectation. k3 is still the common GRPO default.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import torch
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """[B,R] log pi - log ref."""
+    return logprobs - ref_logprobs
+
+
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """[B,R] 0.5 * (log pi - log ref)^2."""
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """[B,R] exp(ref - logp) - (ref - logp) - 1, clamped as verl's low_var_kl.
+
+    The log-ratio clamp to [-20, 20] keeps exp finite when a token is far more likely under
+    one model; the output clamp to [-10, 10] bounds a single token's pull on the loss.
+    """
+    log_ratio = (ref_logprobs - logprobs).clamp(min=-20.0, max=20.0)
+    return (log_ratio.exp() - log_ratio - 1.0).clamp(min=-10.0, max=10.0)
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+}
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
+    """[B,R] per-token estimate of KL(pi || ref). Mask it yourself (masked_mean / aggregate)."""
+    try:
+        fn = KL_ESTIMATORS[kind]
+    except KeyError:
+        raise ValueError(f"unknown KL estimator {kind!r}; choose one of {sorted(KL_ESTIMATORS)}") from None
+    return fn(logprobs, ref_logprobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# coefficient controllers
+
+
+class KLController(Protocol):
+    value: float
+
+    def update(self, current_kl: float, n_steps: int) -> None: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, d: dict) -> None: ...
+
+
+class FixedKLController:
+    """A constant coefficient."""
+
+    def __init__(self, coef: float):
+        self.value = float(coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {"kind": "fixed", "value": self.value}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.value = float(d["value"])
+
+
+class AdaptiveKLController:
+    """Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"), sec. 2.2:
+    steer the coefficient so the observed KL tracks `target`.
+
+        err = clip(current_kl / target - 1, -0.2, 0.2)
+        coef <- coef * (1 + err * n_steps / horizon)
+
+    n_steps is the number of samples the KL was measured over (the batch size), so `horizon`
+    is in samples. Clipping the error keeps one noisy KL reading from moving the coefficient
+    by more than 20% of n_steps/horizon.
+    """
+
+    def __init__(self, init_coef: float, target: float, horizon: int):
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"target and horizon must be > 0, got target={target}, horizon={horizon}")
+        self.value = float(init_coef)
+        self.target = float(target)
+        self.horizon = int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        err = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + err * n_steps / self.horizon
+
+    def state_dict(self) -> dict:
+        return {"kind": "adaptive", "value": self.value, "target": self.target, "horizon": self.horizon}
+
+    def load_state_dict(self, d: dict) -> None:
+        # Only the learned coefficient is restored; target and horizon come from the config, so
+        # a resumed run may change them.
+        self.value = float(d["value"])

@@ -1,0 +1,380 @@
+"""Atomic checkpoint save and verified load: tensors in safetensors, everything else in JSON.
+
+No pickle anywhere (no torch.save): a checkpoint is data that anyone can read back without
+running code from it, and resuming from a damaged one fails loudly instead of silently.
+
+Layout of one checkpoint:
+
+    root/step_00000012/
+        policy.safetensors      one file per tensor group ("policy", "optimizer", "critic", ...)
+        optimizer.safetensors
+        state.json              step, data position, RNG states, config, KL controller state, ...
+        manifest.json           written last: step, group names, size + sha256 of every file
+
+A save is written into a hidden sibling `root/.tmp-step_00000012-<random>`, fsynced, then renamed
+into place, so a crash at any moment leaves either the whole checkpoint or no visible folder.
+A folder with a manifest is complete; `load_checkpoint` re-checks every size and hash before
+reading a byte of tensor data. One writer per root is assumed (the learner / driver).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "manifest.json"
+STATE = "state.json"
+FORMAT = "relay-checkpoint"
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_TMP_PREFIX = ".tmp-"
+
+
+class CheckpointCorruptError(RuntimeError):
+    """A checkpoint on disk does not match its manifest (missing, truncated or altered file)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Save / load
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    groups: dict[str, dict[str, torch.Tensor]],
+    state: dict,
+    keep_last_n: int | None = None,
+) -> Path:
+    """Write `root/step_{step:08d}` atomically, then prune older checkpoints; returns its path.
+
+    keep_last_n: keep this many newest complete checkpoints (None keeps all). The checkpoint
+    just written is never pruned, whatever its step number.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    if keep_last_n is not None and (isinstance(keep_last_n, bool) or keep_last_n < 1):
+        # 0 would mean "delete the checkpoint just written"; that is never what anyone wants.
+        raise ValueError(f"keep_last_n must be None or >= 1, got {keep_last_n!r}")
+    for name in groups:
+        _check_group_name(name)
+    # Fail on a non-JSON-able state before touching the disk, with json's own message.
+    state_text = _dumps(state)
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:08d}"
+    if final.exists():
+        # Replacing a directory cannot be atomic; refusing keeps the old checkpoint intact.
+        raise FileExistsError(f"{final} already exists; resume from it or choose another output folder")
+
+    tmp = root / f"{_TMP_PREFIX}step_{step:08d}-{secrets.token_hex(4)}"
+    tmp.mkdir()  # plain mkdir (not mkdtemp) so the folder gets the usual umask permissions
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        for name, tensors in groups.items():
+            filename = f"{name}.safetensors"
+            save_file(_detached_copies(tensors), str(tmp / filename))
+            files[filename] = _fsync_and_describe(tmp / filename)
+        _write_json(tmp / STATE, state_text)
+        files[STATE] = _fsync_and_describe(tmp / STATE)
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "step": step,
+            "groups": list(groups),
+            "files": files,
+        }
+        # The manifest goes last: its presence is what marks the checkpoint complete.
+        _write_json(tmp / MANIFEST, _dumps(manifest))
+        _fsync_path(tmp / MANIFEST)
+        _fsync_dir(tmp)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    _prune(root, keep_last_n, just_saved=final)
+    return final
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step under root, or None."""
+    checkpoints = list_checkpoints(root)
+    return checkpoints[-1] if checkpoints else None
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoints (step folders holding a manifest) under root, oldest step first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / MANIFEST).is_file():
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    """Verify the manifest, then read every group (as CPU tensors) and state.json."""
+    path = Path(path)
+    manifest = verify_checkpoint(path)
+    groups = {name: load_file(str(path / f"{name}.safetensors"), device="cpu") for name in manifest["groups"]}
+    state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    return groups, state
+
+
+def verify_checkpoint(path: str | Path) -> dict:
+    """Check every file the manifest lists (exists, size, sha256); return the manifest.
+
+    Raises CheckpointCorruptError naming every offending file, one per line.
+    """
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise CheckpointCorruptError(f"{manifest_path}: missing (not a complete checkpoint)")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = manifest["files"]
+        groups = manifest["groups"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointCorruptError(f"{manifest_path}: unreadable manifest ({error}) (checkpoint corrupt)") from None
+
+    problems = []
+    for filename in [f"{name}.safetensors" for name in groups] + [STATE]:
+        if filename not in files:
+            problems.append(f"{path / filename}: not listed in the manifest (checkpoint corrupt)")
+    for filename, expected in files.items():
+        file = path / filename
+        if not file.is_file():
+            problems.append(f"{file}: missing (listed in the manifest)")
+            continue
+        size = file.stat().st_size
+        if size != expected["size"]:
+            problems.append(
+                f"{file}: size {size} bytes, manifest says {expected['size']} (truncated or corrupt)"
+            )
+            continue
+        if _sha256(file) != expected["sha256"]:
+            problems.append(f"{file}: sha256 mismatch (checkpoint corrupt)")
+    if problems:
+        raise CheckpointCorruptError("\n".join(problems))
+    return manifest
+
+
+def save_hf_model(model: Any, tokenizer: Any, folder: str | Path) -> Path:
+    """Write the final policy as a plain Hugging Face folder (safetensors weights), atomically.
+
+    `model` must be an unwrapped transformers model on one process (gather FSDP / DDP first).
+    `tokenizer` may be None. An existing folder is replaced: written beside it, then swapped.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f"{_TMP_PREFIX}{folder.name}-{secrets.token_hex(4)}"
+    old = folder.parent / f"{_TMP_PREFIX}{folder.name}-old-{secrets.token_hex(4)}"
+    try:
+        # transformers >= 4.35 writes safetensors by default and 5.x has no switch for it.
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                _fsync_path(file)
+        _fsync_dir(tmp)
+        if folder.exists():
+            # A directory cannot be replaced atomically; the gap between these two renames is
+            # the only moment `folder` is absent, and the old copy is still on disk then.
+            os.rename(folder, old)
+        os.rename(tmp, folder)
+        _fsync_dir(folder.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer state <-> (tensors, JSON skeleton)
+#
+# A state_dict is a tree of dicts (int or str keys), lists, tuples, tensors and scalars. Tensors
+# go to a flat dict for safetensors; the rest becomes JSON with small tags where JSON would lose
+# information: a tensor's place, tuples (AdamW's betas), dicts with int keys (per-param state).
+
+_TENSOR, _TUPLE, _ITEMS = "__tensor__", "__tuple__", "__items__"
+_TAGS = {_TENSOR, _TUPLE, _ITEMS}
+
+
+def flatten_optimizer_state(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split an optimizer (or scheduler) state_dict into named tensors and a JSON-able skeleton."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def encode(value: Any, path: list[str]) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = ".".join(path) or "tensor"
+            while key in tensors:  # only if keys contain "." and collide; keep names unique
+                key += "_"
+            tensors[key] = value
+            return {_TENSOR: key}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) for k in value) and not _TAGS & set(value):
+                return {k: encode(v, path + [k]) for k, v in value.items()}
+            return {_ITEMS: [[encode(k, path), encode(v, path + [str(k)])] for k, v in value.items()]}
+        if isinstance(value, tuple):
+            return {_TUPLE: [encode(v, path + [str(i)]) for i, v in enumerate(value)]}
+        if isinstance(value, list):
+            return [encode(v, path + [str(i)]) for i, v in enumerate(value)]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"optimizer state at {'.'.join(path) or '<root>'}: cannot store {type(value).__name__}")
+
+    skeleton = encode(state_dict, [])
+    return tensors, skeleton
+
+
+def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], skeleton: dict) -> dict:
+    """Inverse of flatten_optimizer_state: a state_dict that `optimizer.load_state_dict` accepts."""
+
+    def decode(value: Any) -> Any:
+        if isinstance(value, dict):
+            if len(value) == 1 and _TENSOR in value:
+                return tensors[value[_TENSOR]]
+            if len(value) == 1 and _TUPLE in value:
+                return tuple(decode(v) for v in value[_TUPLE])
+            if len(value) == 1 and _ITEMS in value:
+                return {decode(k): decode(v) for k, v in value[_ITEMS]}
+            return {k: decode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        return value
+
+    return decode(skeleton)
+
+
+# ---------------------------------------------------------------------------------------------
+# RNG state, JSON-able
+
+
+def capture_rng() -> dict:
+    """Python `random`, numpy's global generator, torch CPU and (if present) every CUDA device."""
+    py_version, py_internal, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state(legacy=True)
+    rng = {
+        "python": [py_version, list(py_internal), py_gauss],
+        "numpy": [np_name, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
+        "torch_cpu": torch.get_rng_state().tolist(),
+    }
+    if torch.cuda.is_available():
+        rng["torch_cuda"] = [state.tolist() for state in torch.cuda.get_rng_state_all()]
+    return rng
+
+
+def restore_rng(rng: dict) -> None:
+    py_version, py_internal, py_gauss = rng["python"]
+    random.setstate((py_version, tuple(py_internal), py_gauss))
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = rng["numpy"]
+    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
+    torch.set_rng_state(torch.tensor(rng["torch_cpu"], dtype=torch.uint8))
+    cuda_states = rng.get("torch_cuda")
+    if cuda_states is None:
+        return
+    # Resuming on a different machine is legitimate; the run continues, just not bit-identically.
+    if not torch.cuda.is_available():
+        warnings.warn("checkpoint holds CUDA RNG states but CUDA is not available; not restored")
+        return
+    count = torch.cuda.device_count()
+    if count != len(cuda_states):
+        warnings.warn(f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices")
+    for device, state in enumerate(cuda_states[:count]):
+        torch.cuda.set_rng_state(torch.tensor(state, dtype=torch.uint8), device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _check_group_name(name: str) -> None:
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name:
+        raise ValueError(f"bad checkpoint group name {name!r}: use a plain file-name stem like 'policy'")
+
+
+def _detached_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Fresh, contiguous CPU tensors, one storage each.
+
+    safetensors refuses tensors that share storage (tied embeddings: lm_head.weight is
+    embed_tokens.weight) and non-contiguous views; one copy into new memory fixes both and also
+    snapshots GPU tensors onto the host.
+    """
+    copies = {}
+    for key, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"checkpoint tensor {key!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        copies[key] = torch.empty(tensor.shape, dtype=tensor.dtype).copy_(tensor.detach())
+    return copies
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2)
+
+
+def _write_json(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_and_describe(path: Path) -> dict[str, Any]:
+    _fsync_path(path)
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the renames / new entries durable. Some filesystems (certain network mounts) refuse
+    # fsync on a directory; the data files themselves were already fsynced, so carry on.
+    try:
+        _fsync_path(path)
+    except OSError:
+        pass
+
+
+def _prune(root: Path, keep_last_n: int | None, just_saved: Path) -> None:
+    """Remove leftover tmp folders of crashed saves and all but the newest keep_last_n."""
+    for child in root.iterdir():
+        if child.name.startswith(f"{_TMP_PREFIX}step_") and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+    if keep_last_n is None:
+        return
+    complete = list_checkpoints(root)
+    for path in complete[:-keep_last_n]:
+        if path != just_saved:
+            shutil.rmtree(path)

@@ -1,0 +1,12 @@
+"""Rollout engines behind one protocol (relay.engines.base.Engine)."""
+from __future__ import annotations
+
+
+def make_engine(cfg, model_path: str):
+    """The engine named by cfg.rollout.engine; native options pass through untouched."""
+    m, r = cfg.model, cfg.rollout
+    if r.engine == "hf":
+        from relay.engines.hf import HFEngine
+
+        return HFEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+    raise ValueError(f"rollout.engine: {r.engine!r} is not available in this build")

@@ -1,0 +1,23 @@
+"""Forward passes shared by the Learner, the Reference and the Critic."""
+from __future__ import annotations
+
+import torch
+
+from relay.types import Batch
+
+
+def response_logits(model, batch: Batch) -> torch.Tensor:
+    """Logits predicting each response token: [B,R,V]. Column P-1 predicts response token 0."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, use_cache=False)
+    P, R = batch.prompt_width, batch.responses.shape[1]
+    return out.logits[:, P - 1:P - 1 + R].float()
+
+
+def response_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False):
+    """log p(response token) under softmax(logits / temperature): [B,R]; entropy [B,R] or None."""
+    logits = response_logits(model, batch) / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logprobs = logp_all.gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logprobs, entropy

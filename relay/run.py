@@ -1,0 +1,57 @@
+"""Run-folder and model plumbing the driver uses (pure: no ray)."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from relay.config import Config
+from relay.data import load_rows
+from relay.envs.arithmetic import make_rows
+
+
+def run_folder(cfg: Config, resume: bool) -> Path:
+    """runs/<name>; a fresh run never reuses a folder that holds another run's checkpoints."""
+    base = Path(cfg.run.output_dir) / cfg.run.name
+    if resume:
+        if not base.exists():
+            raise FileNotFoundError(f"--resume: no run folder {base} (run.output_dir / run.name)")
+        return base
+    folder, i = base, 1
+    while folder.exists():
+        folder, i = base.with_name(f"{base.name}-{i}"), i + 1
+    folder.mkdir(parents=True)
+    return folder
+
+
+def model_path(cfg: Config) -> str:
+    if cfg.model.path != "tiny":
+        return str(Path(cfg.model.path).expanduser()) if Path(cfg.model.path).expanduser().exists() else cfg.model.path
+    from relay.models.tiny import TinySpec, tiny_model_path
+
+    return str(tiny_model_path(TinySpec(warm_start_steps=cfg.model.tiny_warm_start_steps, digits=cfg.task.digits)))
+
+
+def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
+    t = cfg.task
+    if t.name == "arithmetic":
+        # Distinct seeds: held-out rows are (almost surely) not training rows.
+        return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(t.num_eval_rows, cfg.run.seed + 7_919, t.digits)
+    train = load_rows(t.train_file, t.prompt_key, t.answer_key)
+    return train, (load_rows(t.eval_file, t.prompt_key, t.answer_key) if t.eval_file else train[: t.num_eval_rows])
+
+
+class PhaseTimer:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        self.seconds[f"time/{phase}_s"] = self.seconds.get(f"time/{phase}_s", 0.0) + time.perf_counter() - start
+
+
+def split(items: list, parts: int) -> list[list]:
+    size = len(items) // parts
+    return [items[i * size:(i + 1) * size] for i in range(parts)]

@@ -1,0 +1,413 @@
+"""Find tool calls in model text. One parser per calling convention, chosen by name.
+
+    parser = get_parser("hermes")
+    result = parser.parse(text)          # ParseResult(calls=[ToolCall...], errors=["..."])
+    engine stops at parser.stop_strings  # so a turn ends where a call ends
+    parser.format_result(call, output)   # the observation the model sees next
+
+Formats (each documented on its class):
+  "tag"            <tool>print(1+1)</tool>                               (the seeds' protocol)
+  "hermes"         <tool_call>{"name": "f", "arguments": {...}}</tool_call> (Qwen2.5 / Qwen3)
+  "json"           {"name": "f", "arguments": {...}} anywhere, or in a ```json fence
+  "react"          Thought: ... / Action: f / Action Input: {...}        (Yao et al. 2022)
+  "function_call"  [f(a=1, b="x"), g()]                                   (Llama 3.2+ "pythonic")
+
+Malformed calls never raise: each becomes a line in `errors`, written for the model to read and
+fix on its next turn. Text that is not a call at all is ignored (no calls, no errors).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    raw: str = ""  # the exact text the call was parsed from
+
+
+@dataclass
+class ParseResult:
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:  # "did the model try to call a tool?"
+        return bool(self.calls or self.errors)
+
+
+class ToolParser(Protocol):
+    name: str
+    # Generation stops at these strings (the matched text is kept), so a turn ends with its call.
+    stop_strings: tuple[str, ...]
+    # None: the observation is appended right after the model's text, as plain text.
+    # "tool": it is the content of a {"role": "tool"} message rendered by the chat template.
+    result_role: str | None
+
+    def parse(self, text: str) -> ParseResult: ...
+
+    def format_result(self, call: ToolCall, result_text: str) -> str: ...
+
+
+# strict=False: accept raw newlines and tabs inside JSON strings; models write code that way.
+_LENIENT = json.JSONDecoder(strict=False)
+
+_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*$", re.S)
+
+
+def _strip_fence(text: str) -> str:
+    m = _FENCE.match(text)
+    return m.group(1) if m else text
+
+
+def _short(text: str, n: int = 80) -> str:
+    text = text.strip().replace("\n", "\\n")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
+    """{"name": ..., "arguments": {...}} -> ToolCall, or an error message.
+
+    Accepts "parameters" for "arguments" (Llama 3.1 JSON style) and arguments encoded as a JSON
+    string (some models emit OpenAI's wire format, where arguments is a string).
+    """
+    if not isinstance(obj, dict):
+        return f"{where}: expected a JSON object with \"name\" and \"arguments\", got {type(obj).__name__}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return f"{where}: missing \"name\" (a non-empty string) in {_short(raw)}"
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = _LENIENT.decode(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return f"{where}: \"arguments\" of {name!r} is a string that is not valid JSON ({e.msg})"
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return f"{where}: \"arguments\" of {name!r} must be a JSON object, got {type(args).__name__}"
+    return ToolCall(name=name, arguments=args, raw=raw)
+
+
+def _json_error(where: str, payload: str, e: json.JSONDecodeError) -> str:
+    return f"{where}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}) in {_short(payload)}"
+
+
+class TagParser:
+    """`<tool>CODE</tool>`: CODE is the argument of the `python` tool (the seeds' protocol).
+
+    A markdown fence inside the tag (<tool>```python ... ```</tool>) is removed. The observation
+    is `<result>\\nOUTPUT\\n</result>` appended right after the call.
+    """
+
+    name = "tag"
+    open_tag, close_tag = "<tool>", "</tool>"
+    stop_strings = ("</tool>",)
+    result_role = None
+    tool_name: ClassVar[str] = "python"
+
+    def parse(self, text: str) -> ParseResult:
+        res = ParseResult()
+        pos = 0
+        while (start := text.find(self.open_tag, pos)) != -1:
+            body_start = start + len(self.open_tag)
+            end = text.find(self.close_tag, body_start)
+            nested = text.find(self.open_tag, body_start)
+            if end == -1:
+                res.errors.append(f"unclosed {self.open_tag}: the code must end with {self.close_tag}")
+                break
+            if nested != -1 and nested < end:
+                res.errors.append(f"{self.open_tag} opened again before {self.close_tag}: one code block per tag")
+                pos = nested
+                continue
+            code = _strip_fence(text[body_start:end])
+            raw = text[start:end + len(self.close_tag)]
+            if not code.strip():
+                res.errors.append(f"empty {self.open_tag}{self.close_tag}: put Python code between the tags")
+            else:
+                res.calls.append(ToolCall(self.tool_name, {"code": code}, raw))
+            pos = end + len(self.close_tag)
+        return res
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return f"\n<result>\n{result_text}\n</result>\n"
+
+
+class HermesParser:
+    """`<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>`, one JSON object per tag.
+
+    The Hermes-2-Pro convention used by Qwen2.5 and Qwen3 chat templates. The observation is the
+    content of a {"role": "tool"} message; the chat template wraps it in <tool_response>.
+    """
+
+    name = "hermes"
+    open_tag, close_tag = "<tool_call>", "</tool_call>"
+    stop_strings = ("</tool_call>",)
+    result_role = "tool"
+
+    def parse(self, text: str) -> ParseResult:
+        res = ParseResult()
+        pos, n = 0, 0
+        while (start := text.find(self.open_tag, pos)) != -1:
+            n += 1
+            where = f"tool call {n}"
+            body_start = start + len(self.open_tag)
+            end = text.find(self.close_tag, body_start)
+            if end == -1:
+                res.errors.append(f"{where}: unclosed {self.open_tag}; end it with {self.close_tag}")
+                break
+            payload = _strip_fence(text[body_start:end]).strip()
+            raw = text[start:end + len(self.close_tag)]
+            pos = end + len(self.close_tag)
+            try:
+                obj = _LENIENT.decode(payload)
+            except json.JSONDecodeError as e:
+                res.errors.append(_json_error(where, payload, e))
+                continue
+            call = _call_from_obj(obj, raw, where)
+            (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
+        return res
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return result_text
+
+
+class JsonParser:
+    """A bare JSON object `{"name": "f", "arguments": {...}}` anywhere in the text.
+
+    Also: several objects, a JSON list of them, and objects inside ```json fences. Objects
+    without a "name" key are not calls (models write JSON for other reasons); a ```json fence
+    whose content is not valid JSON, or an object with "arguments" but no "name", is an error.
+    There is no end marker, so no stop strings: the turn ends at end-of-sequence. The
+    observation is the content of a {"role": "tool"} message.
+    """
+
+    name = "json"
+    stop_strings: tuple[str, ...] = ()
+    result_role = "tool"
+    _fence = re.compile(r"```(?:json)?[ \t]*\n(.*?)```", re.S)
+    _call_start = re.compile(r'\{\s*"(?:name|arguments)"\s*:')
+
+    def parse(self, text: str) -> ParseResult:
+        res = ParseResult()
+        decoder = _LENIENT
+        bad_fences = []
+        for m in self._fence.finditer(text):
+            body = m.group(1).strip()
+            if body and body[0] in "{[":
+                try:
+                    _LENIENT.decode(body)
+                except json.JSONDecodeError as e:
+                    res.errors.append(_json_error("tool call in ```json block", body, e))
+                    bad_fences.append((m.start(), m.end()))
+        i = 0
+        while i < len(text):
+            if text[i] not in "{[":
+                i += 1
+                continue
+            try:
+                obj, end = decoder.raw_decode(text, i)
+            except json.JSONDecodeError as e:
+                in_bad_fence = any(a <= i < b for a, b in bad_fences)
+                if self._call_start.match(text, i) and not in_bad_fence:
+                    # It starts like a call ({"name": ...) but does not parse: tell the model.
+                    res.errors.append(_json_error("tool call", text[i:i + 200], e))
+                    i = self._skip_object(text, i)
+                else:
+                    i += 1
+                continue
+            raw = text[i:end]
+            items = obj if isinstance(obj, list) else [obj]
+            for item in items:
+                if isinstance(item, dict) and "name" in item:
+                    call = _call_from_obj(item, raw, f"tool call {len(res.calls) + len(res.errors) + 1}")
+                    (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
+                elif isinstance(item, dict) and "arguments" in item:
+                    res.errors.append(f"tool call: missing \"name\" in {_short(raw)}")
+            i = end
+        return res
+
+    @staticmethod
+    def _skip_object(text: str, i: int) -> int:
+        """Index after the balanced {...} starting at i (strings respected), or the end of text."""
+        depth, in_str, esc = 0, False, False
+        for j in range(i, len(text)):
+            c = text[j]
+            if in_str:
+                esc, in_str = (False, in_str) if esc else (c == "\\", c != '"')
+            elif c == '"':
+                in_str = True
+            elif c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+        return len(text)
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return result_text
+
+
+class ReActParser:
+    """ReAct (Yao et al. 2022, arXiv:2210.03629) lines:
+
+        Thought: I should compute it.
+        Action: python
+        Action Input: {"code": "print(6*7)"}
+
+    Action Input is a JSON object of arguments, or plain text: plain text becomes the one
+    argument named by `text_arguments` for that tool ({"python": "code"}), else "input".
+    Several Action / Action Input pairs in one turn are several calls. Generation stops at
+    "Observation:", which the observation then supplies. "Final Answer:" ends the episode and is
+    not a call.
+    """
+
+    name = "react"
+    stop_strings = ("Observation:",)
+    result_role = None
+    _action = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(.*?)[ \t]*$", re.M)
+    _input = re.compile(r"^[ \t]*Action[ \t]+Input[ \t]*:[ \t]?", re.M)
+    _section_end = re.compile(r"^[ \t]*(?:Observation|Thought|Action|Final Answer)[ \t]*:", re.M)
+
+    def __init__(self, text_arguments: dict[str, str] | None = None, default_argument: str = "input"):
+        self.text_arguments = {"python": "code"} if text_arguments is None else dict(text_arguments)
+        self.default_argument = default_argument
+
+    def parse(self, text: str) -> ParseResult:
+        res = ParseResult()
+        for n, m in enumerate(self._action.finditer(text), start=1):
+            where = f"Action {n}"
+            name = m.group(1).strip().strip("`'\"")
+            inp = self._input.search(text, m.end())
+            next_action = self._action.search(text, m.end())
+            if not name:
+                res.errors.append(f"{where}: empty tool name after \"Action:\"")
+                continue
+            if inp is None or (next_action is not None and inp.start() > next_action.start()):
+                res.errors.append(f"{where}: \"Action: {name}\" needs an \"Action Input:\" line after it")
+                continue
+            body_start = inp.end()
+            stop = self._section_end.search(text, body_start)
+            body_end = stop.start() if stop else len(text)
+            body = text[body_start:body_end].strip()
+            raw = text[m.start():body_end].rstrip()
+            stripped = _strip_fence(body).strip()
+            if stripped.startswith("{"):
+                try:
+                    obj, end = _LENIENT.raw_decode(stripped)
+                except json.JSONDecodeError as e:
+                    res.errors.append(_json_error(f"{where} ({name})", stripped, e))
+                    continue
+                if stripped[end:].strip():
+                    res.errors.append(f"{where} ({name}): unexpected text after the JSON arguments: {_short(stripped[end:])}")
+                    continue
+                if not isinstance(obj, dict):
+                    res.errors.append(f"{where} ({name}): Action Input must be a JSON object or plain text")
+                    continue
+                res.calls.append(ToolCall(name, obj, raw))
+            else:
+                arg = self.text_arguments.get(name, self.default_argument)
+                res.calls.append(ToolCall(name, {arg: stripped}, raw))
+        return res
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return f"Observation: {result_text}\n"
+
+
+class PythonicParser:
+    """Llama 3.2+ "pythonic" calls: a Python list of calls with keyword arguments,
+
+        [get_weather(city="Paris", unit="celsius"), python(code="print(1)")]
+
+    as documented in Meta's Llama 3.2 / 3.3 / 4 model cards ("tool calling, pythonic format")
+    and parsed by vLLM's `pythonic` tool parser. Llama 4's <|python_start|> / <|python_end|>
+    wrappers are accepted. Argument values must be Python literals (strings, numbers, True/
+    False/None, lists, dicts); they are read with `ast`, never evaluated. The observation is the
+    content of a {"role": "tool"} message (rendered as Llama's "ipython" turn).
+    """
+
+    name = "function_call"
+    stop_strings: tuple[str, ...] = ()  # the call ends the turn (<|eom_id|> / <|eot_id|>)
+    result_role = "tool"
+    _start = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+
+    def parse(self, text: str) -> ParseResult:
+        res = ParseResult()
+        text = text.replace("<|python_start|>", "").replace("<|python_end|>", "")
+        pos = 0
+        while (m := self._start.search(text, pos)) is not None:
+            start = m.start()
+            tree, end, last_error = None, -1, None
+            # The shortest bracketed span that parses as a Python expression is the call list.
+            close, attempts = text.find("]", m.end()), 0
+            while close != -1 and attempts < 256:
+                attempts += 1
+                src = text[start:close + 1].strip()
+                try:
+                    tree = ast.parse(src, mode="eval")
+                    end = close + 1
+                    break
+                except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+                    last_error = e
+                    close = text.find("]", close + 1)
+            if tree is None:
+                msg = getattr(last_error, "msg", None) or str(last_error) if last_error else "no closing ]"
+                res.errors.append(f"function call list at {_short(text[start:], 40)!r} is not valid "
+                                  f"Python call syntax ({msg}); write [name(arg=value, ...)]")
+                break
+            raw = text[start:end]
+            pos = end
+            if not isinstance(tree.body, ast.List):
+                continue
+            for k, node in enumerate(tree.body.elts, start=1):
+                call = self._call(node, k, src)
+                (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
+        return res
+
+    @staticmethod
+    def _call(node: ast.expr, k: int, src: str) -> ToolCall | str:
+        where = f"call {k}"
+        if not isinstance(node, ast.Call):
+            return f"{where}: expected name(arg=value, ...), got {ast.unparse(node)!r}"
+        name = ast.unparse(node.func)
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            return f"{where}: {name!r} is not a tool name"
+        if node.args:
+            return f"{where} ({name}): pass arguments by keyword, e.g. {name}(x=1)"
+        args = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return f"{where} ({name}): **kwargs is not allowed; pass arguments by keyword"
+            try:
+                args[kw.arg] = ast.literal_eval(kw.value)
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+                return (f"{where} ({name}): argument {kw.arg!r} must be a literal value (string, "
+                        f"number, list, dict, True/False/None), got {_short(ast.unparse(kw.value), 40)!r}")
+        return ToolCall(name, args, ast.get_source_segment(src, node) or ast.unparse(node))
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return result_text
+
+
+PARSERS: dict[str, type] = {
+    "tag": TagParser,
+    "hermes": HermesParser,
+    "json": JsonParser,
+    "react": ReActParser,
+    "function_call": PythonicParser,
+    "pythonic": PythonicParser,  # alias: the name vLLM and Meta use
+}
+
+
+def get_parser(name: str, **kwargs: Any) -> ToolParser:
+    """A parser by name (see PARSERS); kwargs go to its constructor (e.g. ReActParser's)."""
+    try:
+        cls = PARSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool parser {name!r}; choose one of {sorted(PARSERS)}") from None
+    return cls(**kwargs)

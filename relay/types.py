@@ -1,0 +1,107 @@
+"""The one record type that crosses actors (Sample) and its padded tensor view (Batch).
+
+Layout follows verl: prompts left-padded to P, responses right-padded to R, so the response
+of every row starts at column P and the learner slices logits[:, P-1 : P-1+R].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    # Everything after the prompt: model tokens and (multi-turn) observation tokens, exactly as
+    # the engine saw and produced them. Never re-tokenized from text.
+    response_ids: list[int] = field(default_factory=list)
+    rollout_logprobs: list[float] = field(default_factory=list)  # per response token; 0 where loss_mask=0
+    loss_mask: list[int] = field(default_factory=list)  # 1 on model tokens, 0 on observations
+    reward: float = 0.0
+    group_id: int = 0  # samples drawn from the same prompt share it (GRPO / RLOO groups)
+    weight_version: int = 0
+    finish_reason: str = ""  # "stop" | "length" | "max_turns" | ...
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) in response_ids per model turn
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Per-token rewards from environments (index into response_ids -> reward), added to the
+    # final reward at the last token for token-level estimators (GAE).
+    token_rewards: dict[int, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # ground truth, prompt text, env info
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass
+class Batch:
+    """Padded tensors for B samples. Shapes: prompts [B,P], responses/masks [B,R], rows [B]."""
+
+    prompts: torch.Tensor  # [B,P] long, left-padded
+    responses: torch.Tensor  # [B,R] long, right-padded
+    attention_mask: torch.Tensor  # [B,P+R] long
+    position_ids: torch.Tensor  # [B,P+R] long
+    loss_mask: torch.Tensor  # [B,R] float
+    rollout_logprobs: torch.Tensor  # [B,R] float
+    rewards: torch.Tensor  # [B] float
+    group_ids: torch.Tensor  # [B] long
+    token_rewards: torch.Tensor  # [B,R] float (environment per-token rewards; zeros if none)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # advantages, old/ref logprobs, values
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompts, self.responses], dim=1)
+
+    @property
+    def prompt_width(self) -> int:
+        return self.prompts.shape[1]
+
+    def __len__(self) -> int:
+        return self.prompts.shape[0]
+
+    def select(self, idx: torch.Tensor | list[int]) -> "Batch":
+        """Rows idx, all tensors (extras included)."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        pick = lambda t: t.index_select(0, idx)
+        return Batch(
+            prompts=pick(self.prompts), responses=pick(self.responses),
+            attention_mask=pick(self.attention_mask), position_ids=pick(self.position_ids),
+            loss_mask=pick(self.loss_mask), rollout_logprobs=pick(self.rollout_logprobs),
+            rewards=pick(self.rewards), group_ids=pick(self.group_ids),
+            token_rewards=pick(self.token_rewards),
+            extras={k: pick(v) for k, v in self.extras.items()},
+        )
+
+    @classmethod
+    def from_samples(cls, samples: list[Sample], pad_id: int) -> "Batch":
+        B = len(samples)
+        P = max(len(s.prompt_ids) for s in samples)
+        R = max(1, max(len(s.response_ids) for s in samples))
+        prompts = torch.full((B, P), pad_id, dtype=torch.long)
+        responses = torch.full((B, R), pad_id, dtype=torch.long)
+        attn = torch.zeros((B, P + R), dtype=torch.long)
+        loss_mask = torch.zeros((B, R))
+        logprobs = torch.zeros((B, R))
+        token_rewards = torch.zeros((B, R))
+        for i, s in enumerate(samples):
+            p, r = len(s.prompt_ids), len(s.response_ids)
+            prompts[i, P - p:] = torch.tensor(s.prompt_ids, dtype=torch.long)
+            attn[i, P - p:P] = 1
+            if r:
+                responses[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+                attn[i, P:P + r] = 1
+                loss_mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float)
+                logprobs[i, :r] = torch.tensor(s.rollout_logprobs, dtype=torch.float)
+            for t, rew in s.token_rewards.items():
+                token_rewards[i, t] += rew
+        # Positions count only real tokens, matching what HF generate uses with left padding.
+        position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+        return cls(
+            prompts=prompts, responses=responses, attention_mask=attn, position_ids=position_ids,
+            loss_mask=loss_mask, rollout_logprobs=logprobs,
+            rewards=torch.tensor([s.reward for s in samples], dtype=torch.float),
+            group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
+            token_rewards=token_rewards,
+        )

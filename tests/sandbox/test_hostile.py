@@ -1,0 +1,394 @@
+"""Hostile code sent through the real tool server: each attack is contained, reported as data,
+and leaves nothing behind.
+
+The server runs as a subprocess (`python -m relay.tools.server --port 0`) on 127.0.0.1 with a
+secret in its environment, with small limits so the file stays well under 90 s on 2 cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from relay.tools.sandbox import SANDBOX_UID, sandbox_available
+
+REPO = Path(__file__).resolve().parents[2]
+OK, WHY = sandbox_available()
+pytestmark = pytest.mark.skipif(not OK, reason=f"sandbox unavailable here: {WHY}")
+
+SECRET_NAME = "RELAY_TEST_SECRET"
+SECRET = "s3cr3t-" + secrets.token_hex(8)
+LIMITS = dict(wall_timeout_s=3, cpu_seconds=2, memory_mb=128, max_pids=16, tmpfs_mb=8, file_size_mb=4,
+              max_output_bytes=64 * 1024)
+SLOTS = 4
+
+
+def _post(url: str, payload: dict, timeout: float = 60) -> dict:
+    import urllib.request
+    req = urllib.request.Request(url + "/execute", data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+def _health(url: str) -> dict:
+    import urllib.request
+    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _nobody_pids() -> set[int]:
+    """Live processes running as the sandbox's host uid.
+
+    Zombies are left out: they are dead (no memory, no CPU, cannot act). An orphan of a killed
+    sandbox is reaped by the host's pid 1, which may take a moment.
+    """
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if int(fields["Uid"].split()[1]) == SANDBOX_UID and not fields["State"].strip().startswith("Z"):
+                out.add(int(p))
+    return out
+
+
+def _pids_with(marker: str) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(p))
+            except OSError:
+                pass
+    return found
+
+
+def _run_cgroups(server_pid: int) -> list[str]:
+    """Run cgroups of the server still on disk (in every hierarchy)."""
+    left = []
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        left += [os.path.join(root, d) for d in dirs if d.startswith(f"relay-sbx-{server_pid}-")]
+        dirs[:] = [d for d in dirs if not d.startswith("relay-sbx")]
+    return left
+
+
+def _wait_until(predicate, limit_s: float = 5.0) -> bool:
+    end = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture(scope="module")
+def server():
+    env = dict(os.environ, **{SECRET_NAME: SECRET})
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    args = [sys.executable, "-m", "relay.tools.server", "--host", "127.0.0.1", "--port", "0",
+            "--max-concurrency", str(SLOTS), "--log-level", "WARNING"]
+    for k, v in LIMITS.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    before = _nobody_pids()
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        assert m, f"server did not start: {line!r}"
+        yield {"url": m.group(1), "pid": proc.pid, "nobody_before": before}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert _run_cgroups(proc.pid) == []
+
+
+@pytest.fixture(autouse=True)
+def nothing_survives(server):
+    yield
+    # Every sandbox process runs as host uid 65534; none may outlive its run, and every run
+    # cgroup is removed before the server answers.
+    assert _wait_until(lambda: not (_nobody_pids() - server["nobody_before"])), \
+        f"sandbox processes survived: {_nobody_pids() - server['nobody_before']}"
+    assert _wait_until(lambda: not _run_cgroups(server["pid"])), _run_cgroups(server["pid"])
+    h = _health(server["url"])
+    assert h["ok"] and h["running"] == 0 and h["waiting"] == 0
+
+
+def run(server, code: str, **extra) -> dict:
+    return _post(server["url"], {"code": code, **extra})
+
+
+def test_normal_code_runs(server):
+    r = run(server, "import sys\nprint('héllo 世界', sum(range(10)))\nprint('warn', file=sys.stderr)")
+    assert r["ok"] and r["exit_code"] == 0 and r["error"] is None
+    assert r["stdout"] == "héllo 世界 45\n" and r["stderr"] == "warn\n"
+
+
+def test_infinite_loop_hits_cpu_limit(server):
+    r = run(server, "while True:\n    pass")
+    assert not r["ok"]
+    assert r["killed_reason"] in ("cpu", "wall_timeout")
+
+
+def test_sleep_forever_hits_wall_clock(server):
+    r = run(server, "import time\nprint('sleeping', flush=True)\ntime.sleep(10**6)")
+    assert r["timed_out"] and r["killed_reason"] == "wall_timeout" and not r["ok"]
+    assert r["stdout"] == "sleeping\n"  # output before the kill is kept
+
+
+def test_fork_bomb_is_capped_and_swept(server):
+    code = ("import os\nn = 0\nwhile True:\n    try:\n        os.fork(); n += 1\n"
+            "    except OSError:\n        pass")
+    r = run(server, code)
+    assert r["timed_out"] and not r["ok"]
+
+
+@pytest.mark.parametrize("main_waits", [False, True], ids=["main-exits", "main-sleeps"])
+def test_setsid_double_fork_escapee_dies(server, main_waits):
+    marker = "relay-escapee-" + secrets.token_hex(6)
+    code = f"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(10**6)", "{marker}"])
+    os._exit(0)
+# wait until the escapee runs (it shows in our /proc with the marker), then report it
+for _ in range(200):
+    found = [p for p in os.listdir("/proc") if p.isdigit() and b"{marker}" in open(f"/proc/{{p}}/cmdline", "rb").read()]
+    if found:
+        print("ESCAPEE_RUNNING", flush=True)
+        break
+    time.sleep(0.01)
+{"time.sleep(10**6)" if main_waits else ""}
+"""
+    r = run(server, code)
+    assert "ESCAPEE_RUNNING" in r["stdout"], r
+    assert r["timed_out"] == main_waits
+    # The PID namespace took it down: no process with the marker is left on the host.
+    assert _wait_until(lambda: not _pids_with(marker)), _pids_with(marker)
+
+
+def test_memory_bomb_one_process(server):
+    r = run(server, "x = bytearray(10**9)\nprint('allocated')")
+    assert not r["ok"] and "allocated" not in r["stdout"]
+    assert "MemoryError" in r["stderr"] or r["killed_reason"] == "memory"
+
+
+def test_memory_bomb_many_processes_hits_cgroup(server):
+    # Each child stays under RLIMIT_AS; together they pass the cgroup's limit.
+    code = """
+import os, time
+for i in range(6):
+    if os.fork() == 0:
+        b = bytearray(100 * 2**20)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        time.sleep(2)
+        os._exit(0)
+for i in range(6):
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+print("parent done")
+"""
+    r = run(server, code)
+    assert r["killed_reason"] == "memory" and not r["ok"], r
+
+
+def test_no_network_even_to_host_loopback(server):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        # The port is reachable from outside the sandbox...
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            conn, _ = listener.accept()
+            c.sendall(b"ping")
+            assert conn.recv(4) == b"ping"
+            conn.close()
+        # ...and not from inside it.
+        code = f"""
+import socket
+for addr in [("127.0.0.1", {port}), ("10.0.0.1", 80), ("1.1.1.1", 53)]:
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(addr)
+        print("CONNECTED", addr)
+    except OSError as e:
+        print("BLOCKED", addr, type(e).__name__)
+    finally:
+        s.close()
+try:
+    socket.getaddrinfo("example.com", 80)
+    print("DNS_WORKS")
+except OSError as e:
+    print("DNS_BLOCKED")
+"""
+        r = run(server, code)
+        assert r["ok"], r
+        assert "CONNECTED" not in r["stdout"] and r["stdout"].count("BLOCKED") == 4, r["stdout"]
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing from the sandbox ever arrived
+    finally:
+        listener.close()
+
+
+def test_no_shadow_no_host_environment(server):
+    code = r"""
+import os
+try:
+    print(open("/etc/shadow").read())
+    print("SHADOW_READ")
+except OSError as e:
+    print("SHADOW_BLOCKED", type(e).__name__)
+print(dict(os.environ))
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            print(p, open(f"/proc/{p}/environ", "rb").read())
+        except OSError as e:
+            print(p, "environ blocked", type(e).__name__)
+print(os.getuid(), os.getgid(), os.listdir("/"))
+"""
+    r = run(server, code)
+    assert r["ok"], r
+    text = r["stdout"] + r["stderr"]
+    assert "SHADOW_BLOCKED" in text and "SHADOW_READ" not in text
+    assert SECRET not in text and SECRET_NAME not in text
+    assert "65534 65534" in text
+
+
+def test_no_writes_outside_temp_folders(server):
+    marker = "relay_escape_" + secrets.token_hex(6)
+    host_paths = [f"/tmp/{marker}", str(REPO / marker), f"/root/{marker}", f"/{marker}"]
+    code = f"""
+import json, os
+out = {{}}
+for p in ["/usr/{marker}", "/etc/{marker}", "/{marker}", "/root/{marker}", "/home/{marker}",
+          "/dev/{marker}", "/proc/{marker}", "/proc/sys/vm/drop_caches", "{REPO / marker}",
+          "/tmp/{marker}", "/sandbox/{marker}", "/dev/shm/{marker}"]:
+    try:
+        with open(p, "w") as f:
+            f.write("x")
+        out[p] = "written"
+    except OSError as e:
+        out[p] = type(e).__name__
+print(json.dumps(out))
+"""
+    r = run(server, code)
+    assert r["ok"], r
+    out = json.loads(r["stdout"])
+    written = {p for p, v in out.items() if v == "written"}
+    assert written == {f"/tmp/{marker}", f"/sandbox/{marker}", f"/dev/shm/{marker}"}, out
+    for p in host_paths:  # the sandbox's /tmp is its own tmpfs: nothing reached the host
+        assert not os.path.exists(p), p
+
+
+def test_disk_fill_one_big_file(server):
+    code = """
+import errno
+n = 0
+try:
+    with open("/tmp/big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * 2**20)
+            f.flush()
+            n += 1
+except OSError as e:
+    print("STOPPED", errno.errorcode[e.errno], n)
+"""
+    r = run(server, code)
+    assert r["ok"], r
+    assert re.match(r"STOPPED (EFBIG|ENOSPC) \d+", r["stdout"]), r["stdout"]
+    assert int(r["stdout"].split()[-1]) <= LIMITS["file_size_mb"]
+
+
+def test_disk_fill_many_small_files(server):
+    code = """
+import errno, os
+n = 0
+try:
+    for d in ("/tmp", "/sandbox", "/dev/shm"):
+        while True:
+            with open(f"{d}/f{n}", "wb") as f:
+                f.write(b"y" * 4096)
+            n += 1
+except OSError as e:
+    print("STOPPED", errno.errorcode[e.errno], n)
+"""
+    r = run(server, code)
+    assert r["ok"], r
+    m = re.match(r"STOPPED (\w+) (\d+)", r["stdout"])
+    assert m and m.group(1) == "ENOSPC", r["stdout"]
+    assert int(m.group(2)) <= LIMITS["tmpfs_mb"] * 2**20 // 4096  # the first tmpfs filled up
+
+
+def test_100mb_of_output_is_truncated_with_bounded_memory(server):
+    code = "import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('end', file=sys.stderr)"
+    r = run(server, code)
+    assert r["exit_code"] == 0 and r["truncated"]
+    assert r["stdout"].startswith("x" * 1000)
+    assert r["stdout"].endswith(f"...[truncated {100 * 2**20 - LIMITS['max_output_bytes']} bytes]")
+    assert len(r["stdout"]) < LIMITS["max_output_bytes"] + 100
+    assert r["stderr"] == "end\n"
+    with open(f"/proc/{server['pid']}/status") as f:
+        peak_kb = int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+    assert peak_kb < 100 * 1024, f"server peak RSS {peak_kb} kB: output was buffered"
+
+
+def test_tool_call_cannot_raise_limits(server):
+    r = run(server, "import time\ntime.sleep(30)\nprint('overslept')",
+            timeout=99999, wall_timeout_s=99999, cpu_seconds=99999, memory_mb=99999, max_pids=99999,
+            limits={"wall_timeout_s": 99999})
+    assert r["timed_out"] and "overslept" not in r["stdout"]
+    r = run(server, "x = bytearray(512 * 2**20)\nprint('big')", memory_mb=4096)
+    assert not r["ok"] and "big" not in r["stdout"]
+
+
+def test_64_concurrent_mixed_runs(server):
+    hostile = {
+        "loop": "while True:\n    pass",
+        "sleep": "import time\ntime.sleep(10**6)",
+        "forkbomb": "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)",
+        "membomb": "x = bytearray(10**9)",
+    }
+    jobs = []
+    for i in range(64):
+        if i % 4 == 3:
+            kind = list(hostile)[(i // 4) % 4]
+            jobs.append((kind, hostile[kind], None))
+        else:
+            jobs.append(("normal", f"print(sum(range({i})) * {i})", f"{sum(range(i)) * i}\n"))
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(lambda job: run(server, job[1]), jobs))
+    for (kind, _, expected), r in zip(jobs, results):
+        if kind == "normal":
+            assert r["ok"] and r["stdout"] == expected, (kind, r)
+        else:
+            assert not r["ok"], (kind, r)
