@@ -26,7 +26,7 @@ class ToolExecutor:
         self.registry = registry if registry is not None else ToolRegistry()
         if "python" not in self.registry:
             self.registry.register(PythonTool(self.run_code))
-        self.max_workers = max_workers or os.cpu_count() or 1
+        self.max_workers = max_workers or 2 * (os.cpu_count() or 1)  # see ToolServerConfig.max_concurrency
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="relay-tool")
         self._server: ToolServer | None = None
 

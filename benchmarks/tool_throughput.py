@@ -5,8 +5,8 @@
 Starts `python -m relay.tools.server` on a free loopback port (as a separate process, as in a
 deployment), sends `--requests` snippets per concurrency level from that many client threads,
 and prints runs/s and p50/p99 latency (client-side, request sent to answer received). With
-more concurrent calls than server slots (default: one per CPU core) the rest wait in line, so
-latency grows while throughput stays at what the cores can run. The first row is the sandbox
+more concurrent calls than server slots (default: two per CPU core) the rest wait in line, so
+latency grows while throughput stays at what the slots can run. The first row is the sandbox
 alone (run_code in this process, no HTTP) for reference. Needs root (cgroups) and bubblewrap.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def row(label: str, conc: int, slots: str, n: int, wall: float, lat: list[float]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=128, help="requests per concurrency level")
-    ap.add_argument("--slots", type=int, default=0, help="server --max-concurrency (0: CPU cores)")
+    ap.add_argument("--slots", type=int, default=0, help="server --max-concurrency (0: two per CPU core)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     a = ap.parse_args()
     ok, why = sandbox_available()

@@ -20,7 +20,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from relay.envs.arithmetic import make_rows
 from relay.models.tokenizer import build_tiny_tokenizer
 
-BUILDER_VERSION = 1  # bump when the recipe changes, so stale caches are not reused
+BUILDER_VERSION = 2  # bump when the recipe changes, so stale caches are not reused
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
-"""The tiny built-in tokenizer: one token per character, byte fallback for anything else.
+"""The tiny built-in tokenizer: byte-level BPE with no merges, i.e. one token per byte.
 
-Built with the `tokenizers` library (a BPE model with no merges is exactly a character
-vocabulary) and wrapped as a transformers fast tokenizer with a ChatML chat template, so the
-rest of relay treats it like any Hugging Face tokenizer.
+Built with the `tokenizers` library and wrapped as a transformers fast tokenizer with a ChatML
+chat template. It is byte-level like Qwen's on purpose: transformers 5 loads a folder whose
+model_type is qwen2 as Qwen2Tokenizer, which rebuilds a byte-level pipeline; a character-level
+vocabulary silently lost newlines there. This one tokenizes identically under either class (a
+test checks), and so under vLLM too.
 """
 from __future__ import annotations
 
-import string
-
-from tokenizers import Tokenizer, decoders, models
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -33,13 +33,13 @@ CHAT_TEMPLATE = (
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
-    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars + byte_tokens)}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, fuse_unk=False))
+    byte_alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + byte_alphabet)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.add_special_tokens(SPECIAL_TOKENS)
-    core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    core.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=IM_END, unk_token=None,
-        chat_template=CHAT_TEMPLATE, model_max_length=1024, clean_up_tokenization_spaces=False,
+        tokenizer_object=core, pad_token=PAD, eos_token=IM_END, chat_template=CHAT_TEMPLATE,
+        model_max_length=1024, clean_up_tokenization_spaces=False,
     )

@@ -32,6 +32,10 @@ Beyond the recipe (each found by probing this machine, see the tests in tests/sa
   it); `--disable-userns` forbids nested user namespaces where bwrap supports it.
 - A `cpu` cgroup quota (`cpu_cores`, default one core) per run, so one fork bomb gets one
   run's share of the CPU, not 32 processes' share, and concurrent normal runs still finish.
+- The code is pid 1 (`--as-pid-1`), which the kernel shields from signals it has no handler
+  for, so RLIMIT_CPU's soft limit equals its hard one (SIGKILL, not an ignorable SIGXCPU).
+- The code reaches the sandbox through a memfd (`--ro-bind-data`): no argv size limit, nothing
+  written to the host's disk.
 
 Limits come only from `SandboxConfig` (the server/executor config). Nothing a model writes in a
 tool call reaches this module except the code string.
@@ -252,8 +256,11 @@ class _RunCgroup:
                     _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(mem))
                 _write(os.path.join(self.dirs["pids"], "pids.max"), str(cfg.max_pids))
                 if "cpu" in self.dirs and cfg.cpu_cores > 0:
-                    _write(os.path.join(self.dirs["cpu"], "cpu.cfs_period_us"), "100000")
-                    _write(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us"), str(int(cfg.cpu_cores * 100000)))
+                    try:
+                        _write(os.path.join(self.dirs["cpu"], "cpu.cfs_period_us"), "100000")
+                        _write(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us"), str(int(cfg.cpu_cores * 100000)))
+                    except OSError:
+                        pass  # fairness, not containment: without CFS bandwidth control, group shares still apply
             else:
                 d = os.path.join(layout.parents[""], name)
                 os.mkdir(d)
@@ -263,7 +270,10 @@ class _RunCgroup:
                     _write(os.path.join(d, "memory.swap.max"), "0")
                 _write(os.path.join(d, "pids.max"), str(cfg.max_pids))
                 if cfg.cpu_cores > 0 and os.path.exists(os.path.join(d, "cpu.max")):
-                    _write(os.path.join(d, "cpu.max"), f"{int(cfg.cpu_cores * 100000)} 100000")
+                    try:
+                        _write(os.path.join(d, "cpu.max"), f"{int(cfg.cpu_cores * 100000)} 100000")
+                    except OSError:
+                        pass  # fairness, not containment
         except BaseException:
             self.remove()
             raise
@@ -524,16 +534,17 @@ def _describe(res: SandboxResult, cfg: SandboxConfig) -> str | None:
 
 
 def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cwd: str,
-         cgroup: _RunCgroup | None, drop_to_uid: int | None, env: dict[str, str]) -> SandboxResult:
+         cgroup: _RunCgroup | None, drop_to_uid: int | None, env: dict[str, str],
+         in_bwrap: bool) -> SandboxResult:
     """Start, watch and clean up one run. argv_for(code_fd) builds the command."""
     t0 = time.monotonic()
-    code_fd = os.memfd_create("relay-code", 0)
-    proc = None
+    code_fd, proc = -1, None
     try:
-        os.write(code_fd, code.encode("utf-8", errors="surrogatepass"))
-        os.lseek(code_fd, 0, os.SEEK_SET)
         setup = _child_setup(cgroup.procs_files if cgroup else [], _rlimits(cfg), drop_to_uid)
         try:
+            code_fd = os.memfd_create("relay-code", 0)  # the code reaches bwrap as a file, never argv
+            os.write(code_fd, code.encode("utf-8", errors="surrogatepass"))
+            os.lseek(code_fd, 0, os.SEEK_SET)
             proc = subprocess.Popen(
                 argv_for(code_fd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=(code_fd,),
@@ -544,8 +555,9 @@ def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cw
             return SandboxResult("", "", None, seconds=time.monotonic() - t0,
                                  error=f"sandbox failed to start: {e}")
         finally:
-            os.close(code_fd)
-            code_fd = -1
+            if code_fd >= 0:
+                os.close(code_fd)
+                code_fd = -1
 
         def kill_tree() -> None:
             try:
@@ -569,16 +581,19 @@ def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cw
             stdout=_text(out, out_drop), stderr=_text(err, err_drop),
             exit_code=None if timed_out else rc, timed_out=timed_out,
             truncated=bool(out_drop or err_drop), seconds=time.monotonic() - t0)
-        # bwrap reports a command killed by signal N as exit code 128+N; Popen reports -N.
-        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+        # bwrap reports a command killed by signal N as exit code 128+N (so an explicit
+        # sys.exit(137) reads as SIGKILL too); Popen reports -N.
+        sig = -rc if rc < 0 else rc - 128 if in_bwrap and rc > 128 else 0
         if timed_out:
             res.killed_reason = "wall_timeout"
         elif cgroup and cgroup.oom_kills() > 0:
             res.killed_reason = "memory"
-        elif sig in (signal.SIGXCPU, signal.SIGKILL):
-            # The code is pid 1 of its namespace: nothing inside can SIGKILL it, and we did not
-            # (no time-out) nor did the OOM killer, so it was the kernel's RLIMIT_CPU.
+        elif sig == signal.SIGXCPU or (in_bwrap and sig == signal.SIGKILL):
+            # In bwrap the code is pid 1 of its namespace: nothing inside can SIGKILL it, and we
+            # did not (no time-out) nor did the OOM killer, so it was the kernel's RLIMIT_CPU.
             res.killed_reason = "cpu"
+        elif sig == signal.SIGKILL:
+            res.killed_reason = "SIGKILL"
         elif sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
             res.killed_reason = signal.Signals(sig).name
         res.error = _describe(res, cfg)
@@ -606,7 +621,7 @@ def _run_bwrap(code: str, cfg: SandboxConfig, launch: _Launch, layout: _CgroupLa
     except OSError as e:
         return SandboxResult("", "", None, error=f"sandbox failed to start: cannot create cgroup: {e}")
     return _run(code, cfg, lambda fd: _bwrap_argv(cfg, launch, fd), "/", cgroup, launch.drop_to_uid,
-                {"PATH": "/usr/bin:/bin"})
+                {"PATH": "/usr/bin:/bin"}, in_bwrap=True)
 
 
 # ----------------------------------------------------------------------------------- availability
@@ -717,10 +732,8 @@ def run_code_unsandboxed(code: str, cfg: SandboxConfig | None = None) -> Sandbox
     with tempfile.TemporaryDirectory(prefix="relay-unsandboxed-") as tmp:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
                "MALLOC_ARENA_MAX": "2"}
-        return _run(code, cfg, lambda fd: [python, "-I", "-S", f"/proc/self/fd/{fd}"], tmp, None, None, env)
-
-
-_warned_none = False
+        return _run(code, cfg, lambda fd: [python, "-I", "-S", f"/proc/self/fd/{fd}"], tmp, None, None, env,
+                    in_bwrap=False)
 
 
 def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callable[[str], SandboxResult]:
@@ -730,7 +743,6 @@ def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callab
     missing and how to fix it. "none" is the explicit opt-out: it warns loudly and runs code
     without isolation.
     """
-    global _warned_none
     cfg = cfg or SandboxConfig()
     errors = cfg.validate()
     if errors:
@@ -743,9 +755,7 @@ def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callab
     if mode == "none":
         msg = ("tools.sandbox=none: model-written code runs WITHOUT A SANDBOX, as this user, with "
                "this machine's network, files and environment. Use only for trusted code.")
-        if not _warned_none:
-            _warned_none = True
-            log.warning(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
         return functools.partial(run_code_unsandboxed, cfg=cfg)
     raise ValueError(f"unknown sandbox mode {mode!r}: expected 'bwrap' or 'none'")

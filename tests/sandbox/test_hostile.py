@@ -392,3 +392,41 @@ def test_64_concurrent_mixed_runs(server):
             assert r["ok"] and r["stdout"] == expected, (kind, r)
         else:
             assert not r["ok"], (kind, r)
+
+
+def test_tool_executor_runs_calls_in_parallel_and_serves_http(server):
+    # The ToolExecutor (actors/tools.py) uses the same sandbox in-process and can serve it.
+    from actors.tools import ToolExecutor
+    from relay.tools.client import ToolClient, ToolClientConfig
+    from relay.tools.parsers import ToolCall
+    from relay.tools.registry import ToolRegistry
+    from relay.tools.sandbox import SandboxConfig
+
+    reg = ToolRegistry()
+
+    @reg.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    ex = ToolExecutor(SandboxConfig(**LIMITS), registry=reg, max_workers=4)
+    try:
+        assert [s["function"]["name"] for s in ex.schemas()] == ["add", "python"]
+        results = ex.run_batch([
+            ToolCall("python", {"code": f"print({i} ** 2)"}) for i in range(6)] + [
+            ToolCall("add", {"a": 2, "b": 3}),
+            ToolCall("python", {"code": "import time; time.sleep(60)"}),
+            ToolCall("python", {"code": "print(1)", "timeout": 99999}),
+            ToolCall("nope", {}),
+        ])
+        assert [r.output for r in results[:6]] == [f"{i ** 2}\n" for i in range(6)]
+        assert results[6].ok and results[6].output == "5"
+        assert not results[7].ok and "timed out" in results[7].error
+        assert not results[8].ok and "unexpected argument 'timeout'" in results[8].error
+        assert not results[9].ok and "unknown tool 'nope'" in results[9].error
+        url = ex.start_server()
+        client = ToolClient(ToolClientConfig(server_url=url, request_interval=0))
+        assert client.health()["ok"]
+        assert [r.output for r in client.execute_batch(["print('a')", "print('b')"])] == ["a\n", "b\n"]
+    finally:
+        ex.close()

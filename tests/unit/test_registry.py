@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, List, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 import pytest
 
+from relay.tools import sandbox
 from relay.tools.parsers import ToolCall
 from relay.tools.registry import (
     FunctionTool, PythonTool, RemoteHTTPTool, ToolRegistry, ToolResult, function_schema, parse_docstring, tool,
@@ -263,3 +264,28 @@ def test_remote_http_tool_unreachable_is_data():
     t = RemoteHTTPTool("gone", f"http://127.0.0.1:{port}/x", {"type": "object", "properties": {}}, timeout=2)
     r = ToolRegistry([t]).call(ToolCall("gone", {}))
     assert not r.ok and "request failed" in r.error
+
+
+def test_python_tool_unsandboxed_opt_out_is_loud():
+    with pytest.warns(RuntimeWarning, match="WITHOUT A SANDBOX"):
+        t = PythonTool.sandboxed(sandbox.SandboxConfig(wall_timeout_s=10), mode="none")
+    r = ToolRegistry([t]).call(ToolCall("python", {"code": "print(6 * 7)"}))
+    assert r.ok and r.output == "42\n"
+    r = ToolRegistry([t]).call(ToolCall("python", {"code": "raise SystemExit(3)"}))
+    assert not r.ok and r.error == "exited with code 3"
+
+
+def test_bwrap_mode_refuses_with_what_is_missing(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sandbox, "_probe_cache", {})
+    ok, why = sandbox.sandbox_available()
+    assert not ok and "bubblewrap (bwrap) is not on PATH" in why
+    assert "apt-get install bubblewrap" in why and "tools.sandbox=none" in why
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.make_runner("bwrap")
+    with pytest.raises(sandbox.SandboxUnavailable):
+        PythonTool.sandboxed(mode="bwrap")
+    with pytest.raises(ValueError, match="unknown sandbox mode 'docker'"):
+        sandbox.make_runner("docker")
+    with pytest.raises(ValueError, match="wall_timeout_s must be > 0"):
+        sandbox.make_runner("none", sandbox.SandboxConfig(wall_timeout_s=0))
