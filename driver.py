@@ -12,7 +12,8 @@ import sys
 
 import ray
 
-from actors.pools import connect, create_actors
+from actors.metrics import publish as publish_ray_metrics
+from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
 from relay.algos import compute_advantages, kl_penalty, masked_mean
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
@@ -50,82 +51,84 @@ def evaluate(actors, rows: list[dict]) -> float:
     return sum(s.reward >= 1.0 for s in samples) / len(samples)
 
 
-def train(cfg: Config, resume: bool = False, report=None) -> dict[str, float]:
+def train_step(cfg: Config, actors, rows: list[dict], step: int) -> dict[str, float]:
+    """One RL step on a batch of prompts; returns its metrics."""
+    a, timer = cfg.algorithm, PhaseTimer()
+    with timer("step"):
+        with timer("rollout"):
+            samples, rollout_metrics = rollout(actors, rows, step)
+        with timer("reward"):
+            reward_metrics = score(actors, samples)
+        batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
+        with timer("reference"):
+            old_logprobs = actors.learner.compute_logprobs.remote(batch)
+            if actors.reference is not None:
+                batch.extras["ref_logprobs"] = ray.get(actors.reference.compute_logprobs.remote(batch))
+            batch.extras["old_logprobs"] = ray.get(old_logprobs)
+        if actors.reference is not None and a.kl_in == "reward":
+            kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
+            batch.token_rewards -= a.kl_coef * kl * batch.loss_mask
+        batch.extras["advantages"], batch.extras["returns"] = compute_advantages(
+            a.estimator, rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
+            token_rewards=batch.token_rewards, gamma=a.gamma, lam=a.lam)
+        with timer("update"):
+            update_metrics = ray.get(actors.learner.update.remote(batch))
+        with timer("sync"):
+            sync_weights(actors.learner, actors.rollout, version=step + 1)
+    metrics = {
+        "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
+        "response/length_mean": batch.loss_mask.sum(1).mean().item(),
+        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.extras["old_logprobs"]).abs() * batch.loss_mask).max().item(),
+        "weights/version": step + 1, **rollout_metrics, **reward_metrics, **update_metrics, **timer.seconds,
+    }
+    if "ref_logprobs" in batch.extras:
+        kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
+        metrics["kl/mean"] = masked_mean(kl, batch.loss_mask).item()
+    return metrics
+
+
+def train(cfg: Config, resume: bool = False, report=None) -> dict:
     run_dir = run_folder(cfg, resume)
     save_resolved(cfg, run_dir / "config.yaml")
     path = model_path(cfg)  # the tiny model is built here, offline, on first use
     train_rows, eval_rows = task_rows(cfg)
-    connect(cfg)
-    actors = create_actors(cfg, path, run_dir.name)
-    prompts = PromptIterator(train_rows, seed=cfg.run.seed)
-    start_step, state = 0, {"rewards": [], "accuracy_before": None}
+    start_step, state, groups = 0, {"rewards": [], "accuracy_before": None}, None
     if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
-        groups, state = load_checkpoint(ckpt)
-        ray.get(actors.learner.load_state.remote(groups, state["learner"]))
-        prompts = PromptIterator(train_rows, cfg.run.seed, **state["data"])
-        restore_rng(state["rng"])
+        groups, state = load_checkpoint(ckpt)  # verified against its manifest before any actor starts
         start_step = state["step"]
         print(f"resumed from {ckpt} at step {start_step}")
+    prompts = PromptIterator(train_rows, cfg.run.seed, **state.get("data", {}))
+    if "rng" in state:
+        restore_rng(state["rng"])
     else:
         random.seed(cfg.run.seed)
-    sync_weights(actors.learner, actors.rollout, version=start_step)
-    if state["accuracy_before"] is None:
-        state["accuracy_before"] = evaluate(actors, eval_rows)
-    loggers = make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps)
-    a = cfg.algorithm
-    for step in range(start_step, cfg.training.steps):
-        timer = PhaseTimer()
-        with timer("step"):
-            rows = prompts.take(cfg.training.prompts_per_step)
-            with timer("rollout"):
-                samples, rollout_metrics = rollout(actors, rows, step)
-            with timer("reward"):
-                reward_metrics = score(actors, samples)
-            batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
-            with timer("reference"):
-                old_ref = actors.learner.compute_logprobs.remote(batch)
-                if actors.reference is not None:
-                    batch.extras["ref_logprobs"] = ray.get(actors.reference.compute_logprobs.remote(batch))
-                batch.extras["old_logprobs"] = ray.get(old_ref)
-            if actors.reference is not None and a.kl_in == "reward":
-                kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
-                batch.token_rewards -= a.kl_coef * kl * batch.loss_mask
-            batch.extras["advantages"], batch.extras["returns"] = compute_advantages(
-                a.estimator, rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
-                token_rewards=batch.token_rewards, gamma=a.gamma, lam=a.lam)
-            with timer("update"):
-                update_metrics = ray.get(actors.learner.update.remote(batch))
-            with timer("sync"):
-                sync_weights(actors.learner, actors.rollout, version=step + 1)
-        rewards = batch.rewards.tolist()
-        state["rewards"].append(statistics.fmean(rewards))
-        metrics = {
-            "reward/mean": statistics.fmean(rewards), "reward/std": statistics.pstdev(rewards),
-            "response/length_mean": float(batch.loss_mask.sum(1).mean()),
-            "rollout/logprob_diff_max": float(((batch.rollout_logprobs - batch.extras["old_logprobs"]).abs() * batch.loss_mask).max()),
-            "weights/version": step + 1, **rollout_metrics, **reward_metrics, **update_metrics, **timer.seconds,
-        }
-        if "ref_logprobs" in batch.extras:
-            metrics["kl/mean"] = float(masked_mean(kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator), batch.loss_mask))
-        if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-            metrics["eval/accuracy"] = evaluate(actors, eval_rows)
-        loggers.log(metrics, step + 1)
-        if report is not None:
-            report(step, metrics)
-        last = step + 1 == cfg.training.steps
-        if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
-            groups, learner_meta = ray.get(actors.learner.state.remote())
-            state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), learner=learner_meta)
-            save_checkpoint(run_dir / "checkpoints", step + 1, groups, state, keep_last_n=cfg.checkpoint.keep_last_n)
-    loggers.close()
-    accuracy_after = evaluate(actors, eval_rows)
-    if cfg.checkpoint.save_hf_model:
-        ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
+    connect(cfg)
+    with actor_pools(cfg, path, run_dir.name) as actors, \
+            make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers:
+        if groups is not None:
+            ray.get(actors.learner.load_state.remote(groups, state["learner"]))
+        sync_weights(actors.learner, actors.rollout, version=start_step)
+        if state["accuracy_before"] is None:
+            state["accuracy_before"] = evaluate(actors, eval_rows)
+        for step in range(start_step, cfg.training.steps):
+            metrics = train_step(cfg, actors, prompts.take(cfg.training.prompts_per_step), step)
+            state["rewards"].append(metrics["reward/mean"])
+            if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
+                metrics["eval/accuracy"] = evaluate(actors, eval_rows)
+            loggers.log(metrics, step + 1)
+            publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
+            if report is not None:
+                report(step + 1, metrics)
+            if step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
+                tensors, learner_state = ray.get(actors.learner.state.remote())
+                state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), learner=learner_state)
+                save_checkpoint(run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n)
+        accuracy_after = evaluate(actors, eval_rows)
+        if cfg.checkpoint.save_hf_model:
+            ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
     k = max(1, min(5, len(state["rewards"]) // 2))
-    summary = {
-        "reward_start": statistics.fmean(state["rewards"][:k]), "reward_end": statistics.fmean(state["rewards"][-k:]),
-        "accuracy_before": state["accuracy_before"], "accuracy_after": accuracy_after, "run_dir": str(run_dir),
-    }
+    summary = {"reward_start": statistics.fmean(state["rewards"][:k]), "reward_end": statistics.fmean(state["rewards"][-k:]),
+               "accuracy_before": state["accuracy_before"], "accuracy_after": accuracy_after, "run_dir": str(run_dir)}
     print(f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps); "
           f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}")
     return summary
@@ -135,8 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/default.yaml", help="YAML config (default: the tiny CPU run)")
     parser.add_argument("--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint")
+    parser.add_argument("--tune", metavar="SWEEP_YAML", help="run a Ray Tune sweep (configs/tune.yaml) instead of one run")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
     args = parser.parse_args(argv)
+    if args.tune:
+        import tune  # noqa: PLC0415 - Ray Tune loads only for sweeps
+        return tune.main([args.tune, *args.overrides])
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
     except ConfigError as e:

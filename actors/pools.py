@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import ray
 from ray.util.placement_group import placement_group
@@ -31,21 +32,65 @@ def connect(cfg: Config) -> None:
              include_dashboard=cfg.resources.dashboard, log_to_driver=True)
 
 
+# Share of a role's node label each actor asks for: small, so the label marks node types
+# without limiting how many actors a node takes (CPU and GPU do that).
+NODE_RESOURCE_SHARE = 0.001
+
+
 def _bundle(res: RoleResources) -> dict[str, float]:
-    return {k: v for k, v in (("CPU", res.cpus), ("GPU", res.gpus)) if v > 0}
+    bundle = {k: v for k, v in (("CPU", res.cpus), ("GPU", res.gpus)) if v > 0}
+    if res.node_resource:
+        bundle[res.node_resource] = NODE_RESOURCE_SHARE
+    return bundle
 
 
-def create_group(cls, role: str, res: RoleResources, run_name: str, make_args) -> list:
-    """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard."""
-    pg = placement_group([_bundle(res)] * res.count, strategy="PACK", name=f"{run_name}/{role}")
-    ray.get(pg.ready(), timeout=600)
+# Bundles of an enclosing placement group already given to one run's actors: (group, run) -> indices.
+_claimed: dict[tuple[str, str], set[int]] = {}
+
+
+def _claim_bundles(pg, bundle: dict[str, float], count: int, role: str, run_name: str) -> list[int]:
+    """Indices of `count` unclaimed bundles of `pg` shaped exactly like `bundle`.
+
+    Bundle 0 is the caller's own (Ray Tune schedules the trainable there), so it is never
+    handed out. Matching by shape, not position, keeps this independent of role order.
+    """
+    def same(spec: dict) -> bool:
+        spec = {k: v for k, v in spec.items() if v > 0 and k != "bundle"}
+        return spec.keys() == bundle.keys() and all(abs(spec[k] - bundle[k]) < 1e-9 for k in bundle)
+
+    taken = _claimed.setdefault((pg.id.hex(), run_name), {0})
+    free = [i for i, spec in enumerate(pg.bundle_specs) if i not in taken and same(spec)]
+    if len(free) < count:
+        raise RuntimeError(
+            f"the enclosing placement group has {len(free)} free bundle(s) shaped {bundle} for "
+            f"{count} {role} actor(s); build it with tune.trial_bundles(cfg) (bundles: {pg.bundle_specs})")
+    taken.update(free[:count])
+    return free[:count]
+
+
+def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, groups: list) -> list:
+    """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard.
+
+    Inside a Ray Tune trial the trial's placement group already holds a bundle per actor
+    (tune.trial_bundles): the actors go there, since a new group could never be placed while
+    the trial holds the resources. Elsewhere each role gets its own PACKed group.
+    """
+    bundle = _bundle(res)
+    enclosing = ray.util.get_current_placement_group()
+    if enclosing is not None:
+        pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)
+    else:
+        pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
+        ray.get(pg.ready(), timeout=600)
+        groups.append(pg)
+        indices = list(range(res.count))
     remote_cls = ray.remote(cls)
     return [
         remote_cls.options(
             name=f"{run_name}/{role}-{i}", num_cpus=res.cpus, num_gpus=res.gpus,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
         ).remote(*make_args(i))
-        for i in range(res.count)
+        for i, index in enumerate(indices)
     ]
 
 
@@ -59,14 +104,26 @@ class Actors:
     env: list
     learner: object
     reference: object | None
+    placement_groups: list = field(default_factory=list)
 
 
-def create_actors(cfg: Config, model_path: str, run_name: str) -> Actors:
-    res = cfg.resources
+@contextmanager
+def actor_pools(cfg: Config, model_path: str, run_name: str):
+    """Create every role's actors on its placement group; kill them and free the groups on exit,
+    so one Ray session can hold several runs (tests, Tune trials)."""
+    res, groups = cfg.resources, []
     needs_reference = cfg.algorithm.kl_coef > 0
-    return Actors(
-        rollout=create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout))),
-        env=create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,)),
-        learner=create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)))[0],
-        reference=create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)))[0] if needs_reference else None,
-    )
+    actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
+    try:
+        actors.rollout = create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout)), groups)
+        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,), groups)
+        actors.learner = create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups)[0]
+        if needs_reference:
+            actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
+        yield actors
+    finally:
+        for handle in [*actors.rollout, *actors.env, actors.learner, actors.reference]:
+            if handle is not None:
+                ray.kill(handle)
+        for pg in groups:
+            ray.util.remove_placement_group(pg)

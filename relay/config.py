@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from relay.loggers import LoggingConfig
+from relay.tools.sandbox import SandboxConfig
 
 
 class ConfigError(ValueError):
@@ -36,7 +37,7 @@ class ModelConfig:
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
-    tiny_warm_start_steps: int = 380  # only for path=tiny: short on purpose, RL starts often wrong
+    tiny_target_accuracy: float = 0.3  # only for path=tiny: the warm start stops at this held-out accuracy
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,43 @@ class RolloutConfig:
     max_new_tokens: int = 8
     stop: tuple[str, ...] = ()
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the engine untouched
+    # Multi-turn (tools.enabled or task.env): the agent loop's limits (relay/agent.py).
+    max_turns: int = 4  # model turns per episode
+    max_tokens_per_turn: int | None = None  # None: max_new_tokens
+    max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    count: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    # A custom resource that only some node types declare (`ray start --resources='{"rollout_node": 1}'`,
+    # or `resources:` of a node type in cluster.yaml): the role's actors are placed only on those
+    # nodes. Each actor asks for 0.001 of it, so the declared amount does not limit how many fit.
+    node_resource: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """Tool calls in the agent loop (relay/agent.py): parser, sandbox, executors or tool server.
+    The client knobs (max_retries ... request_interval) are the seeds' tool_config ones."""
+    enabled: bool = False
+    parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
+    server_url: str | None = None  # an HTTP tool server (python -m relay.tools.server); None: ToolExecutor actors
+    functions: tuple[str, ...] = ()  # extra tools: dotted paths of typed Python functions
+    schemas_in_prompt: bool = True  # pass the tool schemas to the chat template (tools=...)
+    max_tool_turns: int = 3  # model turns that may call tools, per episode
+    max_retries: int = 3  # tool server only: retries where the server never answered
+    retry_delay: float = 1.0
+    timeout: float = 30.0  # tool server only: seconds per call, retries included
+    max_workers: int = 8  # tool calls run at once per executor (or per rollout worker's client)
+    request_interval: float = 0.0  # tool server only: seconds between request starts
+    # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
+    # stream; the model reads every byte), ... Limits come only from here, never from a tool call.
+    limits: SandboxConfig = SandboxConfig()
+    executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
 
 
 @dataclass(frozen=True)
@@ -97,13 +135,6 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
-class RoleResources:
-    count: int = 1
-    cpus: float = 1.0
-    gpus: float = 0.0
-
-
-@dataclass(frozen=True)
 class ResourcesConfig:
     rollout: RoleResources = RoleResources(count=1, cpus=1.0)
     learner: RoleResources = RoleResources(count=1, cpus=1.0)
@@ -126,6 +157,7 @@ class Config:
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     rollout: RolloutConfig = RolloutConfig()
+    tools: ToolsConfig = ToolsConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     training: TrainingConfig = TrainingConfig()
     resources: ResourcesConfig = ResourcesConfig()
@@ -301,6 +333,8 @@ def validate(cfg: Config) -> list[str]:
         need(rr.count >= 1, f"resources.{role}.count: must be >= 1, got {rr.count}")
         need(rr.cpus > 0, f"resources.{role}.cpus: must be > 0, got {rr.cpus}")
         need(rr.gpus >= 0, f"resources.{role}.gpus: must be >= 0, got {rr.gpus}")
+        need(rr.node_resource is None or (rr.node_resource.strip() != "" and rr.node_resource not in ("CPU", "GPU", "memory", "object_store_memory")),
+             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}")
     need(res.learner.count == 1, f"resources.learner.count: one learner process is supported, got {res.learner.count}")
     need(res.reference.count == 1, f"resources.reference.count: one reference actor is supported, got {res.reference.count}")
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
@@ -313,7 +347,7 @@ def validate(cfg: Config) -> list[str]:
     need(c.keep_last_n >= 1, f"checkpoint.keep_last_n: must be >= 1 (the newest checkpoint is always kept), got {c.keep_last_n}")
     task = cfg.task
     if task.name == "custom":
-        need(task.train_file is not None, "task.train_file: required when task.name=custom")
+        need(task.train_file is not None or task.env is not None, "task.train_file: required when task.name=custom (or a task.env that makes rows)")
     else:
         need(task.name == "arithmetic", f"task.name: {task.name!r} is not a built-in task (arithmetic) or 'custom'")
     for key in ("train_file", "eval_file"):
@@ -325,11 +359,57 @@ def validate(cfg: Config) -> list[str]:
         if dotted is not None:
             err = check_dotted(dotted)
             need(err is None, f"task.{key}: {err}")
+    need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
+    need(r.max_tokens_per_turn is None or r.max_tokens_per_turn >= 1, f"rollout.max_tokens_per_turn: must be >= 1 or null, got {r.max_tokens_per_turn}")
+    if cfg.tools.enabled or cfg.task.env is not None:
+        need(r.max_total_tokens >= (r.max_tokens_per_turn or r.max_new_tokens), f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}")
+    p += validate_tools(cfg)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")
     if r.engine != "hf":
         err = engine_import_error(r.engine)
         need(err is None, f"rollout.engine: {err}")
+    return p
+
+
+def validate_tools(cfg: Config) -> list[str]:
+    """tools.*, and the task.env hooks the built-in loop needs."""
+    from relay.tools.parsers import PARSERS
+
+    tl, p = cfg.tools, []
+    if cfg.task.env is not None and cfg.task.train_file is None and check_dotted(cfg.task.env) is None:
+        if not hasattr(resolve_dotted(cfg.task.env), "make_rows"):
+            p.append(f"task.env: {cfg.task.env} has no make_rows(n, seed); give task.train_file rows for reset(**row)")
+    if not tl.enabled:
+        return p
+    if tl.parser not in PARSERS:
+        p.append(f"tools.parser: {tl.parser!r} is not one of {sorted(PARSERS)}")
+    if tl.server_url is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(tl.server_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            p.append(f"tools.server_url: must be http(s)://host:port, got {tl.server_url!r}")
+    for key in ("max_tool_turns", "max_retries"):
+        if getattr(tl, key) < 0:
+            p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
+    for key in ("retry_delay", "request_interval"):
+        if getattr(tl, key) < 0:
+            p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
+    for key in ("timeout", "max_workers"):
+        if not getattr(tl, key) > 0:
+            p.append(f"tools.{key}: must be > 0, got {getattr(tl, key)}")
+    for e in tl.limits.validate():  # "sandbox.memory_mb must be > 0, got 0"
+        key, _, rest = e.removeprefix("sandbox.").partition(" ")
+        p.append(f"tools.limits.{key}: {rest}")
+    for i, dotted in enumerate(tl.functions):
+        err = check_dotted(dotted)
+        if err is not None:
+            p.append(f"tools.functions[{i}]: {err}")
+    if tl.executors.count < 1:
+        p.append(f"tools.executors.count: must be >= 1, got {tl.executors.count}")
+    if not tl.executors.cpus > 0:
+        p.append(f"tools.executors.cpus: must be > 0, got {tl.executors.cpus}")
     return p
 
 

@@ -29,7 +29,7 @@ def model_path(cfg: Config) -> str:
         return str(Path(cfg.model.path).expanduser()) if Path(cfg.model.path).expanduser().exists() else cfg.model.path
     from relay.models.tiny import TinySpec, tiny_model_path
 
-    return str(tiny_model_path(TinySpec(warm_start_steps=cfg.model.tiny_warm_start_steps, digits=cfg.task.digits)))
+    return str(tiny_model_path(TinySpec(target_accuracy=cfg.model.tiny_target_accuracy, digits=cfg.task.digits)))
 
 
 def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:

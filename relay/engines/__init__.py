@@ -9,4 +9,12 @@ def make_engine(cfg, model_path: str):
         from relay.engines.hf import HFEngine
 
         return HFEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+    if r.engine == "vllm":
+        from relay.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+    if r.engine == "sglang":
+        from relay.engines.sglang import SGLangEngine
+
+        return SGLangEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
     raise ValueError(f"rollout.engine: {r.engine!r} is not available in this build")

