@@ -7,27 +7,29 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 
 import ray
+import torch
 
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
-from relay.algos import compute_advantages, kl_penalty, masked_mean
+from relay.algos import compute_advantages, make_kl_controller, kl_penalty, masked_mean, mixed_group_mask, overlong_penalty
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator
 from relay.loggers import make_loggers
-from relay.run import PhaseTimer, model_path, run_folder, split, task_rows
+from relay.run import PhaseTimer, model_path, run_folder, split, summarize, task_rows
 from relay.types import Batch
 
 
-def rollout(actors, rows: list[dict], step: int, greedy: bool = False):
-    """Shard prompts over the rollout workers; one group id per prompt across the whole batch."""
+def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
+    """Shard prompts over the rollout workers; one group id per prompt across the whole batch.
+    `seed_round` seeds sampling, so a resumed run samples exactly what the first run did."""
     shards = split(rows, len(actors.rollout))
-    refs = [w.rollout.remote(shard, step, first_group_id=i * len(shard), greedy=greedy) for i, (w, shard) in enumerate(zip(actors.rollout, shards))]
+    refs = [w.rollout.remote(shard, seed_round, first_group_id=first_group_id + i * len(shard), greedy=greedy)
+            for i, (w, shard) in enumerate(zip(actors.rollout, shards))]
     results = ray.get(refs)
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
@@ -46,44 +48,71 @@ def score(actors, samples) -> dict[str, float]:
 def evaluate(actors, rows: list[dict]) -> float:
     """Held-out accuracy: greedy answers, reward 1 counts as correct."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
-    samples, _ = rollout(actors, rows, step=0, greedy=True)
+    samples, _ = rollout(actors, rows, seed_round=0, greedy=True)
     score(actors, samples)
     return sum(s.reward >= 1.0 for s in samples) / len(samples)
 
 
-def train_step(cfg: Config, actors, rows: list[dict], step: int) -> dict[str, float]:
-    """One RL step on a batch of prompts; returns its metrics."""
+def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
+    """Roll out and score one batch. With DAPO dynamic sampling, groups whose rewards are all
+    equal carry no signal: drop them and draw more prompts, at most `dynamic_sampling_max_tries`."""
+    a, want = cfg.algorithm, cfg.training.prompts_per_step
+    kept, metrics = [], {"dapo/groups_dropped": 0.0}
+    for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
+        samples, metrics_rollout = rollout(actors, prompts.take(want), step * a.dynamic_sampling_max_tries + attempt, first_group_id=attempt * want)
+        metrics.update(metrics_rollout, **score(actors, samples))
+        if a.overlong_buffer_len:  # DAPO soft overlong punishment
+            lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
+            for s, penalty in zip(samples, overlong_penalty(lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty).tolist()):
+                s.reward += penalty
+        if not a.dynamic_sampling:
+            return samples, metrics
+        mixed = mixed_group_mask(torch.tensor([s.reward for s in samples]), torch.tensor([s.group_id for s in samples])).tolist()
+        metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / cfg.rollout.n
+        kept += [s for s, keep in zip(samples, mixed) if keep]
+        if len(kept) >= want * cfg.rollout.n:
+            break
+    metrics["dapo/tries"] = attempt + 1.0
+    return (kept[: want * cfg.rollout.n] or samples), metrics  # all groups flat after every try: train on the last batch
+
+
+def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) -> dict[str, float]:
+    """One RL step; returns its metrics."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
         with timer("rollout"):
-            samples, rollout_metrics = rollout(actors, rows, step)
-        with timer("reward"):
-            reward_metrics = score(actors, samples)
+            samples, sample_metrics = collect(cfg, actors, prompts, step)
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
         with timer("reference"):
             old_logprobs = actors.learner.compute_logprobs.remote(batch)
+            values = actors.critic.compute_values.remote(batch) if actors.critic else None
             if actors.reference is not None:
                 batch.extras["ref_logprobs"] = ray.get(actors.reference.compute_logprobs.remote(batch))
             batch.extras["old_logprobs"] = ray.get(old_logprobs)
-        if actors.reference is not None and a.kl_in == "reward":
+            if values is not None:
+                batch.extras["values"] = ray.get(values)
+        if actors.reference is not None:
             kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
-            batch.token_rewards -= a.kl_coef * kl * batch.loss_mask
+            kl_mean = masked_mean(kl, batch.loss_mask).item()
+            if a.kl_in == "reward":  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
+                batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
+                kl_ctl.update(kl_mean, n_steps=len(batch))
         batch.extras["advantages"], batch.extras["returns"] = compute_advantages(
             a.estimator, rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
-            token_rewards=batch.token_rewards, gamma=a.gamma, lam=a.lam)
+            token_rewards=batch.token_rewards, values=batch.extras.get("values"), gamma=a.gamma, lam=a.lam)
         with timer("update"):
-            update_metrics = ray.get(actors.learner.update.remote(batch))
+            updates = [actors.learner.update.remote(batch)] + ([actors.critic.update.remote(batch)] if actors.critic else [])
+            update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
             sync_weights(actors.learner, actors.rollout, version=step + 1)
     metrics = {
         "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.extras["old_logprobs"]).abs() * batch.loss_mask).max().item(),
-        "weights/version": step + 1, **rollout_metrics, **reward_metrics, **update_metrics, **timer.seconds,
+        "weights/version": step + 1, **sample_metrics, **update_metrics, **timer.seconds,
     }
-    if "ref_logprobs" in batch.extras:
-        kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
-        metrics["kl/mean"] = masked_mean(kl, batch.loss_mask).item()
+    if actors.reference is not None:
+        metrics.update({"kl/mean": kl_mean, "kl/coef": kl_ctl.value})
     return metrics
 
 
@@ -103,15 +132,20 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     else:
         random.seed(cfg.run.seed)
     connect(cfg)
+    kl_ctl = make_kl_controller(cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon)
+    if "kl_ctl" in state:
+        kl_ctl.load_state_dict(state["kl_ctl"])
     with actor_pools(cfg, path, run_dir.name) as actors, \
             make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers:
         if groups is not None:
             ray.get(actors.learner.load_state.remote(groups, state["learner"]))
+            if actors.critic:
+                ray.get(actors.critic.load_state.remote(groups, state["critic"]))
         sync_weights(actors.learner, actors.rollout, version=start_step)
         if state["accuracy_before"] is None:
             state["accuracy_before"] = evaluate(actors, eval_rows)
         for step in range(start_step, cfg.training.steps):
-            metrics = train_step(cfg, actors, prompts.take(cfg.training.prompts_per_step), step)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl)
             state["rewards"].append(metrics["reward/mean"])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics["eval/accuracy"] = evaluate(actors, eval_rows)
@@ -120,18 +154,16 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if report is not None:
                 report(step + 1, metrics)
             if step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
-                tensors, learner_state = ray.get(actors.learner.state.remote())
-                state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), learner=learner_state)
+                tensors, state["learner"] = ray.get(actors.learner.state.remote())
+                if actors.critic:
+                    critic_tensors, state["critic"] = ray.get(actors.critic.state.remote())
+                    tensors.update(critic_tensors)
+                state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
                 save_checkpoint(run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n)
         accuracy_after = evaluate(actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
             ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
-    k = max(1, min(5, len(state["rewards"]) // 2))
-    summary = {"reward_start": statistics.fmean(state["rewards"][:k]), "reward_end": statistics.fmean(state["rewards"][-k:]),
-               "accuracy_before": state["accuracy_before"], "accuracy_after": accuracy_after, "run_dir": str(run_dir)}
-    print(f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps); "
-          f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}")
-    return summary
+    return summarize(state["rewards"], state["accuracy_before"], accuracy_after, run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

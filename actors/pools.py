@@ -9,6 +9,7 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.critic import Critic
 from actors.env import EnvPool
 from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
@@ -25,7 +26,7 @@ def connect(cfg: Config) -> None:
     if address:
         ray.init(address=address, namespace=NAMESPACE)
         return
-    needed = sum(getattr(cfg.resources, role).cpus * getattr(cfg.resources, role).count for role in ("rollout", "learner", "reference", "env"))
+    needed = sum(getattr(cfg.resources, role).cpus * getattr(cfg.resources, role).count for role in ("rollout", "learner", "reference", "critic", "env"))
     # Phases of the synchronous loop do not overlap, so logical CPUs may exceed the cores;
     # torch threads per actor (its CPU share) are what keep actors from fighting.
     ray.init(num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), namespace=NAMESPACE,
@@ -104,6 +105,7 @@ class Actors:
     env: list
     learner: object
     reference: object | None
+    critic: object | None = None
     placement_groups: list = field(default_factory=list)
 
 
@@ -120,9 +122,11 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.learner = create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups)[0]
         if needs_reference:
             actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
+        if cfg.critic.enabled:
+            actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
         yield actors
     finally:
-        for handle in [*actors.rollout, *actors.env, actors.learner, actors.reference]:
+        for handle in [*actors.rollout, *actors.env, actors.learner, actors.reference, actors.critic]:
             if handle is not None:
                 ray.kill(handle)
         for pg in groups:

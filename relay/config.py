@@ -119,6 +119,23 @@ class AlgorithmConfig:
     gamma: float = 1.0
     lam: float = 1.0
     tis_cap: float | None = None  # truncated importance sampling cap for engine/learner mismatch
+    kl_controller: Literal["fixed", "adaptive"] = "fixed"  # adaptive: Ziegler et al. 2019, for kl_in=reward
+    kl_target: float = 0.1
+    kl_horizon: int = 10_000
+    # DAPO (Yu et al. 2025): drop groups whose rewards are all equal, draw more prompts
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_tries: int = 4
+    overlong_buffer_len: int = 0  # 0: off; else soft overlong punishment over the last N tokens
+    overlong_penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    enabled: bool = False  # required by algorithm.estimator=gae
+    model_path: str | None = None  # None: initialise from the policy
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    clip_range: float = 0.2  # value clipping around the rollout-time values
 
 
 @dataclass(frozen=True)
@@ -139,6 +156,7 @@ class ResourcesConfig:
     rollout: RoleResources = RoleResources(count=1, cpus=1.0)
     learner: RoleResources = RoleResources(count=1, cpus=1.0)
     reference: RoleResources = RoleResources(count=1, cpus=0.5)
+    critic: RoleResources = RoleResources(count=1, cpus=0.5)
     env: RoleResources = RoleResources(count=1, cpus=0.25)
     ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
     dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own
@@ -160,6 +178,7 @@ class Config:
     tools: ToolsConfig = ToolsConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     training: TrainingConfig = TrainingConfig()
+    critic: CriticConfig = CriticConfig()
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
@@ -325,10 +344,27 @@ def validate(cfg: Config) -> list[str]:
     need(0 <= a.gamma <= 1, f"algorithm.gamma: must be in [0, 1], got {a.gamma}")
     need(0 <= a.lam <= 1, f"algorithm.lam: must be in [0, 1], got {a.lam}")
     need(a.tis_cap is None or a.tis_cap >= 1, f"algorithm.tis_cap: must be >= 1 or null, got {a.tis_cap}")
-    need(a.estimator != "gae", "algorithm.estimator: 'gae' needs a critic (value model), which this build does not provide yet; use grpo, dr_grpo, rloo or reinforce_plus_plus")
+    if a.estimator == "gae" and not cfg.critic.enabled:
+        p.append("algorithm.estimator=gae needs a value model: set critic.enabled=true (or pick grpo, dr_grpo, rloo, reinforce_plus_plus)")
+    if cfg.critic.enabled and a.estimator != "gae":
+        p.append(f"critic.enabled=true but algorithm.estimator={a.estimator} never uses values: use estimator gae or disable the critic")
+    need(cfg.critic.lr > 0, f"critic.lr: must be > 0, got {cfg.critic.lr}")
+    need(cfg.critic.clip_range > 0, f"critic.clip_range: must be > 0, got {cfg.critic.clip_range}")
+    need(a.kl_target > 0, f"algorithm.kl_target: must be > 0, got {a.kl_target}")
+    need(a.kl_horizon >= 1, f"algorithm.kl_horizon: must be >= 1, got {a.kl_horizon}")
+    if a.kl_controller == "adaptive" and a.kl_in != "reward":
+        p.append("algorithm.kl_controller=adaptive adjusts a KL penalty in the reward: set algorithm.kl_in=reward")
+    if a.kl_controller == "adaptive" and a.kl_coef == 0:
+        p.append("algorithm.kl_controller=adaptive starts from algorithm.kl_coef, which is 0: set an initial coefficient > 0")
+    need(a.dynamic_sampling_max_tries >= 1, f"algorithm.dynamic_sampling_max_tries: must be >= 1, got {a.dynamic_sampling_max_tries}")
+    if a.dynamic_sampling and r.n < 2:
+        p.append(f"algorithm.dynamic_sampling needs groups: rollout.n must be >= 2, got {r.n}")
+    need(0 <= a.overlong_buffer_len < r.max_new_tokens or a.overlong_buffer_len == 0,
+         f"algorithm.overlong_buffer_len: must be in [0, rollout.max_new_tokens={r.max_new_tokens}), got {a.overlong_buffer_len}")
+    need(a.overlong_penalty >= 0, f"algorithm.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
     if a.estimator in ("grpo", "rloo") and r.n < 2:
         p.append(f"algorithm.estimator={a.estimator} with rollout.n={r.n}: group baselines need rollout.n >= 2")
-    for role in ("rollout", "learner", "reference", "env"):
+    for role in ("rollout", "learner", "reference", "critic", "env"):
         rr: RoleResources = getattr(res, role)
         need(rr.count >= 1, f"resources.{role}.count: must be >= 1, got {rr.count}")
         need(rr.cpus > 0, f"resources.{role}.cpus: must be > 0, got {rr.cpus}")

@@ -1,6 +1,7 @@
 """Run-folder and model plumbing the driver uses (pure: no ray)."""
 from __future__ import annotations
 
+import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,3 +56,13 @@ class PhaseTimer:
 def split(items: list, parts: int) -> list[list]:
     size = len(items) // parts
     return [items[i * size:(i + 1) * size] for i in range(parts)]
+
+
+def summarize(rewards: list[float], accuracy_before: float, accuracy_after: float, run_dir: Path) -> dict:
+    """Reward at the start and end of training, held-out accuracy before and after; printed too."""
+    k = max(1, min(5, len(rewards) // 2))
+    summary = {"reward_start": statistics.fmean(rewards[:k]), "reward_end": statistics.fmean(rewards[-k:]),
+               "accuracy_before": accuracy_before, "accuracy_after": accuracy_after, "run_dir": str(run_dir)}
+    print(f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps); "
+          f"held-out accuracy {accuracy_before:.3f} -> {accuracy_after:.3f}")
+    return summary

@@ -11,6 +11,7 @@ from relay.algos.kl import (
     FixedKLController,
     KLController,
     kl_penalty,
+    make_kl_controller,
 )
 from relay.algos.losses import (
     AGG_MODES,
@@ -25,7 +26,7 @@ from relay.algos.utils import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
     "ESTIMATORS", "compute_advantages", "mixed_group_mask", "overlong_penalty",
-    "KL_ESTIMATORS", "KLController", "FixedKLController", "AdaptiveKLController", "kl_penalty",
+    "KL_ESTIMATORS", "KLController", "FixedKLController", "AdaptiveKLController", "kl_penalty", "make_kl_controller",
     "AGG_MODES", "POLICY_LOSSES", "aggregate", "policy_loss", "truncated_is_weights", "value_loss",
     "entropy_from_logits",
     "masked_mean", "masked_sum", "masked_var", "masked_whiten",

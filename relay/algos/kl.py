@@ -113,3 +113,12 @@ class AdaptiveKLController:
         # Only the learned coefficient is restored; target and horizon come from the config, so
         # a resumed run may change them.
         self.value = float(d["value"])
+
+
+def make_kl_controller(kind: str, coef: float, target: float, horizon: int):
+    """"fixed" keeps `coef`; "adaptive" steers it towards `target` KL (Ziegler et al. 2019)."""
+    if kind == "adaptive":
+        return AdaptiveKLController(coef, target, horizon)
+    if kind == "fixed":
+        return FixedKLController(coef)
+    raise ValueError(f"unknown KL controller {kind!r}: choose fixed or adaptive")

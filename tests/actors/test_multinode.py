@@ -1,19 +1,23 @@
 """Roles land on the node types their config names: a three-raylet cluster in one test.
 
-Head (driver only), a "GPU" node that declares `learner_node`, a CPU node that declares
-`rollout_node`; `resources.<role>.node_resource` puts the learner and the rollout worker on
-them, and a 2-step driver.train() runs across the nodes (weights cross nodes through the
-object store). Where each actor ran is read from the GCS actor table (it keeps dead actors,
+Two raylets: a head that declares a GPU and `learner_node` (the driver, this test, runs
+there too), and a CPU node that declares `rollout_node`; `resources.<role>.node_resource` puts
+the learner and the rollout worker on them, and a 2-step driver.train() runs across the nodes
+(weights cross nodes through the object store). The run's Ray metrics are then read back from
+the head's Prometheus export. Where each actor ran is read from the GCS actor table (it keeps dead actors,
 so it can be read after train() has killed them); the dashboard's state API is not used here
 because this cluster runs without a dashboard (it is tested in tests/e2e/test_ray_job.py).
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
+import time
 
 import pytest
 import ray
 
+from actors.metrics import scrape
 from actors.pools import NODE_RESOURCE_SHARE, _bundle
 from relay.config import ConfigError, RoleResources, load_config
 
@@ -40,19 +44,17 @@ def cluster():
         # ray.init() on this machine (another test run, another user) would then connect to it.
         mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
         c = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
-            "dashboard_agent_listen_port": None})
-        nodes = {
-            "learner": c.add_node(num_cpus=2, num_gpus=1, resources={"learner_node": 1}, temp_dir=temp_dir),
-            "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir),
-        }
+            "num_cpus": 2, "num_gpus": 1, "resources": {"learner_node": 1}, "include_dashboard": False,
+            "temp_dir": temp_dir, "dashboard_agent_listen_port": None})
+        nodes = {"learner": c.head_node, "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir)}
     try:
         c.wait_for_nodes()
         ray.init(address=c.address, namespace="relay")
-        yield c, {role: node.unique_id for role, node in nodes.items()}
+        yield c, {role: node.node_id for role, node in nodes.items()}
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def actor_nodes(prefix: str) -> dict[str, str]:
@@ -80,3 +82,13 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
     assert "multinode/env-0" in placed  # no label: anywhere with a free CPU
     assert (tmp_path / "multinode" / "metrics.jsonl").read_text().count('"step"') == 2
     assert summary["run_dir"].endswith("multinode")
+
+    # The driver published each step as run-tagged Ray metrics: read them back from the export
+    # of the node the driver runs on (Ray reports them about every 10 s; bounded wait).
+    port = next(n["MetricsExportPort"] for n in ray.nodes() if n["NodeID"] == ray.get_runtime_context().get_node_id())
+    deadline, found = time.monotonic() + 30, {}
+    while not found.get("ray_relay_steps_total") and time.monotonic() < deadline:
+        time.sleep(1)
+        found = {name: value for name, labels, value in scrape(port) if labels.get("run") == "multinode"}
+    assert found.get("ray_relay_steps_total") == 2
+    assert "ray_relay_reward_mean" in found and "ray_relay_weight_sync_seconds_last" in found
