@@ -1,0 +1,378 @@
+"""The agent loop: multi-turn episodes with tool calls and environments, token-in, token-out.
+
+    loop = AgentLoop(engine, tokenizer, AgentLimits(max_turns=4), parser=get_parser("tag"),
+                     run_tools=executor.run_batch)                 # and/or env_reset/env_step/env_close
+    samples = loop.run(rows, SamplingParams(temperature=1.0, seed=0), n=8)
+
+Every episode in flight advances one turn per iteration, and each iteration makes ONE batched
+`engine.generate` call for all live episodes (prompt = that episode's token ids so far). A new
+turn is then, in this order:
+  1. cut to the episode's token budget ("budget") or, if the engine hit the per-turn limit, the
+     episode's last turn ("length");
+  2. parsed for tool calls (when a parser is given). Calls of the whole batch run together through
+     `run_tools(calls) -> results` (parallel: a ToolExecutor pool, the tool server, or a thread
+     pool). A malformed call is not run: its error is the observation the model reads next turn;
+  3. else, with an environment, the turn's text is the action: `env_step` for the whole batch.
+     An environment that raised ends its episode ("env_error", the error in meta);
+  4. else the episode is done ("stop"). Done too: the environment said done ("stop"), or the turn
+     or tool-turn limit leaves no turn to read the observation with ("max_turns").
+The observation (tool results, error lines, the environment's text) is appended as tokens with
+loss mask 0 and the loop goes on.
+
+Token-in, token-out (the Sample holds exactly the ids the engine produced and saw; nothing
+earlier is ever re-tokenized): observation tokens come from tokenizing ONLY the text the chat
+template writes after the model's turn, found by rendering the template around a placeholder
+assistant message and taking what follows it (ChatFormat). That text starts with the template's
+end-of-turn marker (ChatML: "<|im_end|>\\n"). When the model ended its turn with that EOS token
+itself, its text is dropped from the delta; when it stopped at a stop string (`</tool_call>`),
+the delta keeps it, so the closing tokens are observation tokens with mask 0. Parsers whose
+results continue the model's own message (tag, react: result_role None) append their result
+text as is, unless the model had already ended its message with EOS; then the result goes in a
+"tool" message through the template. Decoding prompt + response gives exactly the template's
+rendering of the conversation (tests/unit/test_agent_loop.py checks this on two templates).
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from relay.data import row_messages
+from relay.engines.base import Completion, SamplingParams
+from relay.envs.base import ResetResult, StepResult
+from relay.tools.parsers import ToolCall, ToolParser
+from relay.tools.registry import ToolResult
+from relay.types import Sample
+
+log = logging.getLogger(__name__)
+
+FINISH_REASONS = ("stop", "length", "max_turns", "budget", "env_error")
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    max_turns: int = 4  # model turns per episode
+    max_tool_turns: int = 3  # model turns that may call tools
+    max_tokens_per_turn: int = 64
+    max_total_tokens: int = 512  # response tokens: model and observation tokens together
+
+    def __post_init__(self):
+        if self.max_turns < 1 or self.max_tool_turns < 0 or self.max_tokens_per_turn < 1:
+            raise ValueError(f"invalid agent limits: {self}")
+        if self.max_total_tokens < self.max_tokens_per_turn:
+            raise ValueError(f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})")
+
+
+# ------------------------------------------------------------------------------ chat format
+
+_USER = "RELAYUSERPLACEHOLDER"
+_ASSISTANT = "RELAYASSISTANTPLACEHOLDER"
+
+
+class ChatFormat:
+    """Prompt ids, and the token ids of what follows a model turn, for one tokenizer + chat template."""
+
+    def __init__(self, tokenizer, tools: list[dict] | None = None):
+        self.tokenizer = tokenizer
+        self.tools = tools or None
+        self._warned_eos = self._warned_roundtrip = False
+        closed = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}], False)
+        if closed.count(_ASSISTANT) != 1:
+            raise ValueError("the chat template does not render an assistant message's content verbatim; "
+                             "the agent loop cannot find where a model turn ends")
+        # What the template writes after an assistant message's content: ChatML "<|im_end|>\n".
+        self.turn_end = closed[closed.index(_ASSISTANT) + len(_ASSISTANT):]
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        kwargs = {"tools": self.tools} if self.tools else {}
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        return self.encode(self._render(messages, True))
+
+    def observation_text(self, observation: str | list[dict], eos_token: int | None) -> str:
+        """The text to append after a model turn. `observation`: text that continues the model's
+        own message (inline), or messages (tool / user turns) the template renders, followed by
+        the generation prompt. eos_token: the stop token that ended the turn, or None."""
+        if isinstance(observation, str):
+            return observation
+        full = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}, *observation], True)
+        if full.count(_ASSISTANT) != 1:
+            raise ValueError("the chat template does not render an assistant message's content verbatim")
+        text = full[full.index(_ASSISTANT) + len(_ASSISTANT):]
+        if eos_token is not None:
+            eos = self.tokenizer.decode([eos_token])
+            if text.startswith(eos):
+                text = text[len(eos):]  # the model already wrote it
+            elif not self._warned_eos:
+                self._warned_eos = True
+                log.warning("the turn ended with %r but the chat template closes an assistant turn with %r; "
+                            "keeping both", eos, text[:20])
+        return text
+
+    def observation_ids(self, observation: str | list[dict], eos_token: int | None) -> list[int]:
+        text = self.observation_text(observation, eos_token)
+        ids = self.encode(text)
+        if not self._warned_roundtrip and self.tokenizer.decode(ids) != text:
+            # SentencePiece tokenizers may add a leading space to a fragment: the trained tokens
+            # are still exactly what the engine saw, but they decode to slightly different text.
+            self._warned_roundtrip = True
+            log.warning("this tokenizer does not round-trip observation text (%r); token ids stay exact", text[:40])
+        return ids
+
+
+# ------------------------------------------------------------------------------ trajectories (warm starts, tests)
+
+@dataclass
+class TrajectoryTurn:
+    text: str  # what the model writes in this turn
+    eos: bool = True  # the turn ends with the EOS token (False: at a stop string such as </tool>)
+    observation: str | list[dict] | None = None  # what follows (inline text or messages); None after the last turn
+
+
+@dataclass
+class Trajectory:
+    prompt: list[dict]  # messages
+    turns: list[TrajectoryTurn]
+
+
+def encode_trajectory(fmt: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int], list[int]]:
+    """(prompt_ids, response_ids, loss_mask) laid out exactly as the agent loop lays out an episode."""
+    eos = fmt.tokenizer.eos_token_id
+    prompt = fmt.prompt_ids(trajectory.prompt)
+    response, mask = [], []
+    for turn in trajectory.turns:
+        ids = fmt.encode(turn.text) + ([eos] if turn.eos else [])
+        response += ids
+        mask += [1] * len(ids)
+        if turn.observation is not None:
+            obs = turn.observation
+            if isinstance(obs, str) and turn.eos:  # the message is closed: results go in a tool turn
+                obs = [{"role": "tool", "content": obs}]
+            ids = fmt.observation_ids(obs, eos if turn.eos else None)
+            response += ids
+            mask += [0] * len(ids)
+    return prompt, response, mask
+
+
+# ------------------------------------------------------------------------------ the loop
+
+@dataclass
+class _Episode:
+    id: str
+    row: dict[str, Any]
+    group_id: int
+    max_total_tokens: int
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_texts: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    token_rewards: dict[int, float] = field(default_factory=dict)
+    env_rewards: list[float] = field(default_factory=list)
+    env_infos: list[dict] = field(default_factory=list)
+    env_error: str | None = None
+    tool_turns: int = 0
+    finish: str | None = None
+    # set by the current turn: what runs before the next one
+    calls: list[ToolCall] = field(default_factory=list)
+    parse_errors: list[str] = field(default_factory=list)
+    action: str | None = None
+    eos_token: int | None = None  # the stop token that ended the current turn
+
+    @property
+    def turns(self) -> int:
+        return len(self.spans)
+
+    @property
+    def room(self) -> int:
+        return self.max_total_tokens - len(self.response_ids)
+
+
+class AgentLoop:
+    def __init__(self, engine, tokenizer, limits: AgentLimits, *, parser: ToolParser | None = None,
+                 run_tools: Callable[[list[ToolCall]], list[ToolResult]] | None = None,
+                 env_reset: Callable[[list[str], list[dict]], list[ResetResult]] | None = None,
+                 env_step: Callable[[list[str], list[str]], list[StepResult]] | None = None,
+                 env_close: Callable[[list[str]], None] | None = None,
+                 tool_schemas: list[dict] | None = None, system_prompt: str | None = None):
+        if parser is not None and run_tools is None:
+            raise ValueError("a tool parser needs run_tools")
+        if (env_reset is None) != (env_step is None):
+            raise ValueError("env_reset and env_step come together")
+        self.engine, self.tokenizer, self.limits = engine, tokenizer, limits
+        self.parser, self.run_tools = parser, run_tools
+        self.env_reset, self.env_step, self.env_close = env_reset, env_step, env_close
+        self.system_prompt = system_prompt
+        self.format = ChatFormat(tokenizer, tool_schemas)
+
+    # -- public
+
+    def run(self, rows: list[dict[str, Any]], sampling: SamplingParams, *, n: int | None = None,
+            first_group_id: int = 0, episode_prefix: str = "ep") -> list[Sample]:
+        """n episodes per row (default sampling.n), in row order; one Sample per episode."""
+        n = sampling.n if n is None else n
+        episodes = [_Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, self.limits.max_total_tokens)
+                    for i, row in enumerate(rows) for k in range(n)]
+        self._start(episodes)
+        stop = tuple(dict.fromkeys((*sampling.stop, *(self.parser.stop_strings if self.parser else ()))))
+        turn = 0
+        while live := [e for e in episodes if e.finish is None]:
+            params = replace(
+                sampling, n=1, stop=stop,
+                max_tokens=min(self.limits.max_tokens_per_turn, max(e.room for e in live)),
+                # a different draw each turn, still reproducible from the rollout's seed
+                seed=None if sampling.seed is None else (sampling.seed + 100_003 * turn) % 2**31,
+            )
+            stop_ids = {self.tokenizer.eos_token_id, *params.stop_token_ids}
+            completions = self.engine.generate([e.prompt_ids + e.response_ids for e in live], params)
+            if len(completions) != len(live):
+                raise RuntimeError(f"engine returned {len(completions)} completion groups for {len(live)} prompts")
+            for e, group in zip(live, completions):
+                self._model_turn(e, group[0], stop_ids)
+            self._tools([e for e in live if e.finish is None and (e.calls or e.parse_errors)])
+            self._env([e for e in live if e.finish is None and e.action is not None])
+            turn += 1
+        if self.env_close is not None:  # episodes the loop ended (limits) hand their environments back
+            self.env_close([e.id for e in episodes])
+        return [self._sample(e) for e in episodes]
+
+    # -- steps
+
+    def _start(self, episodes: list[_Episode]) -> None:
+        if self.env_reset is None:
+            for e in episodes:
+                e.prompt_ids = self.format.prompt_ids(row_messages(e.row, self.system_prompt))
+            return
+        results = self.env_reset([e.id for e in episodes], [e.row for e in episodes])
+        if len(results) != len(episodes):
+            raise RuntimeError(f"env_reset returned {len(results)} results for {len(episodes)} episodes")
+        for e, r in zip(episodes, results):
+            system = r.prompt_prefix or self.system_prompt
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": r.observation}]
+            e.prompt_ids = self.format.prompt_ids(messages)
+            if r.error is not None:
+                e.finish, e.env_error = "env_error", r.error
+
+    def _model_turn(self, e: _Episode, c: Completion, stop_ids: set[int]) -> None:
+        e.calls, e.parse_errors, e.action, e.eos_token = [], [], None, None
+        tokens, logprobs = list(c.token_ids), list(c.logprobs)
+        over_budget = len(tokens) > e.room
+        if over_budget:  # a prefix of a sample is a sample: its tokens and logprobs stay exact
+            tokens, logprobs = tokens[:e.room], logprobs[:e.room]
+        start = len(e.response_ids)
+        e.response_ids += tokens
+        e.logprobs += logprobs
+        e.mask += [1] * len(tokens)
+        e.spans.append((start, len(e.response_ids)))
+        if tokens and tokens[-1] in stop_ids and not over_budget:
+            e.eos_token = tokens[-1]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        e.turn_texts.append(text)
+        if over_budget:
+            e.finish = "budget"
+        elif c.finish_reason == "length":
+            e.finish = "length"
+        elif self.parser is not None and (parsed := self.parser.parse(text)):
+            if e.tool_turns >= self.limits.max_tool_turns or e.turns >= self.limits.max_turns:
+                e.finish = "max_turns"  # no turn left to read the results with: do not run them
+            else:
+                e.tool_turns += 1
+                e.calls, e.parse_errors = parsed.calls, parsed.errors
+        elif self.env_step is not None:
+            e.action = text
+        else:
+            e.finish = "stop"
+
+    def _tools(self, episodes: list[_Episode]) -> None:
+        calls = [c for e in episodes for c in e.calls]
+        results = self.run_tools(calls) if calls else []
+        if len(results) != len(calls):
+            raise RuntimeError(f"run_tools returned {len(results)} results for {len(calls)} calls")
+        it = iter(results)
+        for e in episodes:
+            texts: list[tuple[ToolCall, str]] = []
+            for call in e.calls:
+                res = next(it)
+                e.tool_calls.append({"name": call.name, "arguments": call.arguments, "ok": res.ok,
+                                     "error": res.error, "seconds": res.seconds, "turn": e.turns})
+                texts.append((call, res.observation()))
+            for err in e.parse_errors:
+                e.tool_calls.append({"name": None, "arguments": None, "ok": False, "error": err,
+                                     "seconds": 0.0, "turn": e.turns})
+                texts.append((ToolCall("", {}, ""), f"Error: {err}"))
+            role = self.parser.result_role
+            if role is None and e.eos_token is None:
+                observation: str | list[dict] = "".join(self.parser.format_result(c, t) for c, t in texts)
+            else:  # a "tool" turn (hermes, json, ...) or the model already closed its message
+                observation = [{"role": role or "tool", "name": c.name, "content": self.parser.format_result(c, t)}
+                               for c, t in texts]
+            self._observe(e, observation)
+
+    def _env(self, episodes: list[_Episode]) -> None:
+        if not episodes:
+            return
+        results = self.env_step([e.id for e in episodes], [e.action for e in episodes])
+        if len(results) != len(episodes):
+            raise RuntimeError(f"env_step returned {len(results)} results for {len(episodes)} actions")
+        for e, r in zip(episodes, results):
+            if r.error is not None:
+                e.finish, e.env_error = "env_error", r.error
+                continue
+            # the reward of this step credits the model turn that took it (its last token)
+            at = e.spans[-1][1] - 1 if e.spans[-1][1] > e.spans[-1][0] else max(len(e.response_ids) - 1, 0)
+            e.token_rewards[at] = e.token_rewards.get(at, 0.0) + r.reward
+            e.env_rewards.append(r.reward)
+            e.env_infos.append(r.info)
+            if r.done:
+                e.finish = "stop"
+            elif e.turns >= self.limits.max_turns:
+                e.finish = "max_turns"
+            else:
+                self._observe(e, [{"role": "user", "content": r.observation}])
+
+    def _observe(self, e: _Episode, observation: str | list[dict]) -> None:
+        ids = self.format.observation_ids(observation, e.eos_token)
+        if len(ids) >= e.room:  # no room left for a model token after it
+            e.finish = "budget"
+            return
+        e.response_ids += ids
+        e.logprobs += [0.0] * len(ids)
+        e.mask += [0] * len(ids)
+
+    def _sample(self, e: _Episode) -> Sample:
+        tool_errors = sum(not c["ok"] for c in e.tool_calls)
+        meta = {
+            "ground_truth": e.row.get("ground_truth"), "episode_id": e.id,
+            "response_text": self.tokenizer.decode(e.response_ids, skip_special_tokens=True),
+            "final_text": e.turn_texts[-1] if e.turn_texts else "", "turn_texts": e.turn_texts,
+            "agent": {"turns": e.turns, "tool_calls": sum(c["name"] is not None for c in e.tool_calls),
+                      "tool_errors": tool_errors, "tool_seconds": sum(c["seconds"] for c in e.tool_calls),
+                      "env_steps": len(e.env_rewards)},
+        }
+        if self.env_step is not None:
+            meta["env"] = {"rewards": e.env_rewards, "infos": e.env_infos, "error": e.env_error}
+        return Sample(
+            prompt_ids=e.prompt_ids, response_ids=e.response_ids, rollout_logprobs=e.logprobs,
+            loss_mask=e.mask, group_id=e.group_id, weight_version=getattr(self.engine, "weight_version", 0),
+            finish_reason=e.finish, turn_spans=e.spans, tool_calls=e.tool_calls,
+            token_rewards=e.token_rewards, meta=meta,
+        )
+
+
+def episode_metrics(samples: list[Sample]) -> dict[str, float]:
+    """Means per episode (turns, tool calls, tool errors, tool seconds) and finish-reason shares."""
+    if not samples:
+        return {}
+    stats = [s.meta.get("agent", {}) for s in samples]
+    out = {f"agent/{k}": statistics.fmean(st.get(k, 0) for st in stats)
+           for k in ("turns", "tool_calls", "tool_errors", "tool_seconds", "env_steps")}
+    for reason in FINISH_REASONS:
+        out[f"agent/finish_{reason}"] = sum(s.finish_reason == reason for s in samples) / len(samples)
+    return out

@@ -1,0 +1,80 @@
+"""Built-in task: multiplication with a Python tool (configs/math_tool.yaml).
+
+    user:      What is 37*48? You may run Python in <tool>...</tool>.
+    assistant: <tool>print(37*48)</tool>                 (generation stops at </tool>)
+               <result>\\n1776\\n</result>                (the sandbox's output; loss mask 0)
+               1776<|im_end|>                             (the final answer: reward 1 if exact)
+
+A ~1M-parameter model cannot multiply two-digit numbers in its head, but it can copy the operands
+into code and the result back out. The tiny model's warm start (relay/models/warm_start.py) sees
+a mix of such tool episodes and direct guesses, so RL starts from a model that knows the format,
+often guesses instead of calling the tool, and sometimes miscopies; reward rises as it learns to
+call the tool and copy exactly.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from relay.agent import Trajectory, TrajectoryTurn
+from relay.envs.arithmetic import parse_answer
+
+PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."
+
+
+def make_rows(n: int, seed: int, digits: int = 2) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    lo, hi = 10 ** (digits - 1), 10**digits - 1
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        rows.append({"prompt": PROMPT.format(a=a, b=b), "ground_truth": str(a * b)})
+    return rows
+
+
+def math_tool_reward(sample, env=None) -> float:
+    """1 for the exact product as the final turn's whole text (no environment needed)."""
+    answer = parse_answer(sample.meta.get("final_text", ""))
+    return 1.0 if answer is not None and answer == str(sample.meta["ground_truth"]) else 0.0
+
+
+class MathToolEnv:
+    """One question; the first turn without a tool call is the answer (reward 1 if exact, done)."""
+
+    warm_start_steps = 400  # relay/models/warm_start.py
+    tool_fraction = 0.5  # share of warm-start episodes that call the tool (the rest guess)
+
+    def reset(self, prompt: str, ground_truth: str, **_: Any) -> str:
+        self.question, self.truth, self.answer = prompt, str(ground_truth), None
+        return prompt
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        self.answer = parse_answer(action)
+        correct = self.answer is not None and self.answer == self.truth
+        return ("Correct." if correct else "Wrong."), float(correct), True, {"correct": correct}
+
+    def get_state_description(self) -> str:
+        return f"{self.question} Answer: {self.answer if self.answer is not None else '(none)'}"
+
+    def get_prompt_prefix(self) -> str:
+        return ""
+
+    @staticmethod
+    def make_rows(n: int, seed: int) -> list[dict[str, Any]]:
+        return make_rows(n, seed)
+
+    @classmethod
+    def warm_start_trajectories(cls, n: int, seed: int) -> list[Trajectory]:
+        rng = random.Random(seed)
+        out = []
+        for row in make_rows(n, seed):
+            prompt = [{"role": "user", "content": row["prompt"]}]
+            expr = row["prompt"].split("What is ")[1].split("?")[0]
+            if rng.random() < cls.tool_fraction:
+                turns = [TrajectoryTurn(f"<tool>print({expr})</tool>", eos=False,
+                                        observation=f"\n<result>\n{row['ground_truth']}\n</result>\n"),
+                         TrajectoryTurn(row["ground_truth"])]
+            else:  # a direct answer: the format of one, the value mostly out of reach
+                turns = [TrajectoryTurn(row["ground_truth"])]
+            out.append(Trajectory(prompt, turns))
+        return out
