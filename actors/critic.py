@@ -29,7 +29,9 @@ class Critic:
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
         self.model = AutoModelForTokenClassification.from_pretrained(
             c.model_path or model_path, num_labels=1, dtype=DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code)
-        self.model.train()
+        # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
+        # differ run to run, so PPO ratios and exact resume break.
+        self.model.eval()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
 
     def _values(self, batch: Batch) -> torch.Tensor:
@@ -68,6 +70,7 @@ class Critic:
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
+        tensors = {k: v.clone() for k, v in tensors.items()}  # a snapshot, not views of live state
         weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton}
 

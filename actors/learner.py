@@ -32,7 +32,9 @@ class Learner:
         self.cfg = cfg
         self.temperature = cfg.rollout.temperature
         self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code)
-        self.model.train()
+        # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
+        # differ run to run, so PPO ratios and exact resume break.
+        self.model.eval()
         t = cfg.training
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
 
@@ -98,6 +100,7 @@ class Learner:
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         """Everything an exact resume needs: weights, optimizer, this process's RNG."""
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
+        opt_tensors = {k: v.clone() for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return {"policy": policy, "optimizer": opt_tensors}, {"optimizer": opt_skeleton, "rng": capture_rng()}
 
