@@ -14,11 +14,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
-from ray.util.state import list_actors  # noqa: E402
 
 import driver  # noqa: E402
 from relay.config import load_config  # noqa: E402
 
+RELAY_ACTORS = {"RolloutWorker", "Learner", "Reference", "Critic", "EnvPool", "ToolExecutor"}
 PHASES = ("rollout", "reward", "reference", "update", "sync", "step")
 
 
@@ -28,6 +28,20 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def actor_peak_memory() -> dict[str, float]:
+    """Ray titles actor processes `ray::<Class>...`; read each one's peak RSS (no dashboard needed)."""
+    found: dict[str, float] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            name = title[5:].split(".")[0].split(":")[0] if title.startswith("ray::") else ""
+            if name in RELAY_ACTORS:
+                found[f"{name} (pid {proc.name})"] = peak_rss_mb(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def main() -> None:
@@ -44,9 +58,7 @@ def main() -> None:
     def report(step: int, metrics: dict) -> None:
         history.append(metrics)
         if step == args.steps:  # actors are alive until train() returns
-            for actor in list_actors(filters=[("state", "=", "ALIVE")], detail=True):
-                if actor.name:
-                    memory[actor.name.split("/")[-1]] = peak_rss_mb(actor.pid)
+            memory.update(actor_peak_memory())
 
     driver.train(cfg, report=report)
     steady = history[1:] or history  # step 1 pays one-off warm-up costs
