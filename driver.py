@@ -33,7 +33,8 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     results = ray.get(refs)
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
-    return samples, {"rollout/tokens_per_s": tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9)}
+    per_worker = {f"rollout/tokens_per_s/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
+    return samples, {"rollout/tokens_per_s": tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker}
 
 
 def score(actors, samples) -> dict[str, float]:
@@ -109,7 +110,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
         "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.extras["old_logprobs"]).abs() * batch.loss_mask).max().item(),
-        "weights/version": step + 1, **sample_metrics, **update_metrics, **timer.seconds,
+        "weights/version": step + 1, "weights/staleness": step - min(s.weight_version for s in samples), **sample_metrics, **update_metrics, **timer.seconds,
     }
     if actors.reference is not None:
         metrics.update({"kl/mean": kl_mean, "kl/coef": kl_ctl.value})

@@ -1,18 +1,36 @@
-"""EnvPool: user reward functions (and environments). Their failures become data, not crashes."""
+"""EnvPool: environments (user code) and reward functions. Their failures become data, not crashes.
+
+Rollout workers call reset / step / close by handle for the episodes they run (relay.envs.base.
+EnvRunner holds the instances, one per episode in flight, reused); the driver calls score.
+"""
 from __future__ import annotations
 
 import traceback
 
 from relay.config import Config, resolve_dotted
+from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.types import Sample
 
 
 class EnvPool:
     def __init__(self, cfg: Config):
         self.reward_fn = resolve_dotted(cfg.task.reward_fn)
+        self.envs = EnvRunner(resolve_dotted(cfg.task.env)) if cfg.task.env else None
+
+    def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
+        return self.envs.reset(episode_ids, rows)
+
+    def step(self, episode_ids: list[str], actions: list[str]) -> list[StepResult]:
+        return self.envs.step(episode_ids, actions)
+
+    def close(self, episode_ids: list[str]) -> None:
+        self.envs.close(episode_ids)
 
     def score(self, samples: list[Sample]) -> tuple[list[float], dict[str, float]]:
-        """One float per sample. A reward function that raises gives 0 and is counted."""
+        """One float per sample. A reward function that raises gives 0 and is counted.
+
+        Environment tasks name relay.envs.base:episode_return (the sum of the step rewards,
+        kept in sample.meta["env"]["rewards"]) or their own function of the sample."""
         rewards, errors, last_error = [], 0, ""
         for s in samples:
             try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -13,7 +14,8 @@ from actors.critic import Critic
 from actors.env import EnvPool
 from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
-from relay.config import Config, RoleResources
+from actors.tools import ToolExecutor
+from relay.config import Config, RoleResources, resolve_dotted
 
 NAMESPACE = "relay"
 
@@ -27,9 +29,12 @@ def connect(cfg: Config) -> None:
         ray.init(address=address, namespace=NAMESPACE)
         return
     needed = sum(getattr(cfg.resources, role).cpus * getattr(cfg.resources, role).count for role in ("rollout", "learner", "reference", "critic", "env"))
+    if uses_tool_executors(cfg):
+        needed += cfg.tools.executors.cpus * cfg.tools.executors.count
     # Phases of the synchronous loop do not overlap, so logical CPUs may exceed the cores;
     # torch threads per actor (its CPU share) are what keep actors from fighting.
-    ray.init(num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), namespace=NAMESPACE,
+    # address="local": never attach to another cluster found via /tmp/ray/ray_current_cluster.
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), namespace=NAMESPACE,
              include_dashboard=cfg.resources.dashboard, log_to_driver=True)
 
 
@@ -99,12 +104,43 @@ def threads(res: RoleResources) -> int:
     return max(1, int(res.cpus))
 
 
+def uses_tool_executors(cfg: Config) -> bool:
+    return cfg.tools.enabled and cfg.tools.server_url is None
+
+
+def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
+    """ToolExecutor actors that run tool calls (sandboxed code) for the rollout workers.
+
+    Called before any other actor: where the sandbox cannot be built (tools.sandbox=bwrap), this
+    raises with what is missing and how to fix it, before a model is loaded anywhere.
+    """
+    if not uses_tool_executors(cfg):
+        return []
+    tl = cfg.tools
+    if tl.sandbox == "none":
+        warnings.warn("tools.sandbox=none: model-written code runs WITHOUT A SANDBOX on the tool executors' machines",
+                      RuntimeWarning, stacklevel=2)
+    from relay.tools.registry import ToolRegistry
+
+    registry = ToolRegistry([resolve_dotted(f) for f in tl.functions])
+    executors = create_group(ToolExecutor, "tools", tl.executors, run_name, lambda i: (tl.limits, tl.sandbox, registry, tl.max_workers), groups)
+    try:
+        ray.get([ex.sandbox_mode.remote() for ex in executors])
+    except ray.exceptions.RayActorError as e:
+        cause = str(e)
+        marker = "SandboxUnavailable: "
+        reason = cause[cause.rindex(marker) + len(marker):].strip().splitlines()[0] if marker in cause else cause
+        raise RuntimeError(f"the tool executors could not start: {reason}") from None
+    return executors
+
+
 @dataclass
 class Actors:
     rollout: list
     env: list
     learner: object
     reference: object | None
+    tools: list = field(default_factory=list)  # ToolExecutors (tools.enabled without tools.server_url)
     critic: object | None = None
     placement_groups: list = field(default_factory=list)
 
@@ -117,8 +153,10 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     needs_reference = cfg.algorithm.kl_coef > 0
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
-        actors.rollout = create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout)), groups)
+        actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,), groups)
+        env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
+        actors.rollout = create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools), groups)
         actors.learner = create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups)[0]
         if needs_reference:
             actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
@@ -126,7 +164,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
         yield actors
     finally:
-        for handle in [*actors.rollout, *actors.env, actors.learner, actors.reference, actors.critic]:
+        for handle in [*actors.rollout, *actors.env, *actors.tools, actors.learner, actors.reference, actors.critic]:
             if handle is not None:
                 ray.kill(handle)
         for pg in groups:

@@ -1,24 +1,81 @@
-"""RolloutWorker: one Engine and the agent loop; returns Samples with exact token ids."""
+"""RolloutWorker: one Engine and the agent loop; returns Samples with exact token ids.
+
+Single-turn tasks: one batched generate. With tools.enabled or task.env: the agent loop
+(relay/agent.py), whose tool calls run on the ToolExecutor actors (or the HTTP tool server at
+tools.server_url) and whose environment steps run on this worker's EnvPool actor.
+"""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import ray
 import torch
 
-from relay.config import Config
+from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
+from relay.tools.parsers import ToolCall, get_parser
+from relay.tools.registry import ToolResult
 from relay.types import Sample
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, model_path: str, worker_index: int, num_threads: int):
+    def __init__(self, cfg: Config, model_path: str, worker_index: int, num_threads: int,
+                 env_pool=None, tool_executors: list | None = None):
         torch.set_num_threads(num_threads)
         self.cfg, self.index = cfg, worker_index
         self.engine = make_engine(cfg, model_path)
         self.tokenizer = self.engine.tokenizer
+        self.episodes_started = 0  # keeps episode ids unique across calls
+        self.agent = self._agent(env_pool, tool_executors or []) if cfg.tools.enabled or cfg.task.env else None
+
+    def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
+        r, tl = self.cfg.rollout, self.cfg.tools
+        limits = AgentLimits(max_turns=r.max_turns, max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
+                             max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens, max_total_tokens=r.max_total_tokens)
+        run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
+        env = {}
+        if self.cfg.task.env:
+            if env_pool is None:
+                raise ValueError("task.env is set but this rollout worker was given no EnvPool")
+            env = dict(env_reset=lambda ids, rows: ray.get(env_pool.reset.remote(ids, rows)),
+                       env_step=lambda ids, actions: ray.get(env_pool.step.remote(ids, actions)),
+                       env_close=lambda ids: ray.get(env_pool.close.remote(ids)))
+        return AgentLoop(self.engine, self.tokenizer, limits, parser=get_parser(tl.parser) if tl.enabled else None,
+                         run_tools=run_tools, tool_schemas=schemas if tl.schemas_in_prompt else None,
+                         system_prompt=self.cfg.task.system_prompt, **env)
+
+    def _tool_runner(self, executors: list):
+        """run_tools(calls) -> results, and the tools' schemas, for the executor pool or the tool server."""
+        tl = self.cfg.tools
+        if tl.server_url is not None:
+            from relay.tools.client import ToolClient, ToolClientConfig
+            from relay.tools.registry import PythonTool, ToolRegistry
+
+            client = ToolClient(ToolClientConfig(
+                enabled=True, server_url=tl.server_url, max_tool_turns=tl.max_tool_turns, max_retries=tl.max_retries,
+                retry_delay=tl.retry_delay, timeout=tl.timeout, max_workers=tl.max_workers,
+                request_interval=tl.request_interval, max_output_bytes=tl.limits.max_output_bytes))
+            registry = ToolRegistry([PythonTool.remote(client), *(resolve_dotted(f) for f in tl.functions)])
+            threads = ThreadPoolExecutor(tl.max_workers, thread_name_prefix="relay-tool-client")
+            return (lambda calls: list(threads.map(registry.call, calls))), registry.schemas()
+        if not executors:
+            raise ValueError("tools.enabled without tools.server_url needs ToolExecutor actors (actors/pools.py)")
+
+        def run_tools(calls: list[ToolCall]) -> list[ToolResult]:
+            # Round-robin over the executors; each runs its share in parallel threads.
+            k = len(executors)
+            shares = ray.get([ex.run_batch.remote(calls[i::k]) for i, ex in enumerate(executors) if calls[i::k]])
+            results: list[ToolResult] = [None] * len(calls)  # type: ignore[list-item]
+            for i, share in enumerate(shares):
+                results[i::k] = share
+            return results
+
+        return run_tools, ray.get(executors[0].schemas.remote())
 
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
         text = self.tokenizer.apply_chat_template(row_messages(row, self.cfg.task.system_prompt), add_generation_prompt=True, tokenize=False)
@@ -36,6 +93,14 @@ class RolloutWorker:
 
     def rollout(self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
+        if self.agent is not None:
+            self.episodes_started += 1
+            samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id,
+                                     episode_prefix=f"w{self.index}-{self.episodes_started}")
+            seconds = time.perf_counter() - start
+            tokens = sum(s.num_model_tokens for s in samples)
+            return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds,
+                             "rollout/tokens_per_s": tokens / max(seconds, 1e-9), **episode_metrics(samples)}
         prompts = [self.encode_prompt(row) for row in rows]
         groups = self.engine.generate(prompts, self.sampling(step, greedy))
         samples = []

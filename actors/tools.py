@@ -33,6 +33,10 @@ class ToolExecutor:
     def schemas(self) -> list[dict]:
         return self.registry.schemas()
 
+    def sandbox_mode(self) -> str:
+        """A cheap call: answers once the sandbox was built (pools.py waits on it)."""
+        return self.mode
+
     def run_code(self, code: str) -> ToolResult:
         """Run Python code in the sandbox; the result as the model will see it."""
         return ToolResult.from_execution(self._run(code).to_json())

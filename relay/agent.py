@@ -263,9 +263,10 @@ class AgentLoop:
     def _model_turn(self, e: _Episode, c: Completion, stop_ids: set[int]) -> None:
         e.calls, e.parse_errors, e.action, e.eos_token = [], [], None, None
         tokens, logprobs = list(c.token_ids), list(c.logprobs)
-        over_budget = len(tokens) > e.room
+        room = e.room
+        over_budget = len(tokens) > room
         if over_budget:  # a prefix of a sample is a sample: its tokens and logprobs stay exact
-            tokens, logprobs = tokens[:e.room], logprobs[:e.room]
+            tokens, logprobs = tokens[:room], logprobs[:room]
         start = len(e.response_ids)
         e.response_ids += tokens
         e.logprobs += logprobs
@@ -277,8 +278,8 @@ class AgentLoop:
         e.turn_texts.append(text)
         if over_budget:
             e.finish = "budget"
-        elif c.finish_reason == "length":
-            e.finish = "length"
+        elif c.finish_reason == "length":  # cut by the per-turn limit, or by what was left of the budget
+            e.finish = "budget" if len(tokens) >= room else "length"
         elif self.parser is not None and (parsed := self.parser.parse(text)):
             if e.tool_turns >= self.limits.max_tool_turns or e.turns >= self.limits.max_turns:
                 e.finish = "max_turns"  # no turn left to read the results with: do not run them

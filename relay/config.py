@@ -19,8 +19,11 @@ from relay.tools.sandbox import SandboxConfig
 
 class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
-        self.problems = problems
+        self.problems = list(problems)
         super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def __reduce__(self):  # rebuilt from the list when it crosses a Ray task boundary
+        return ConfigError, (self.problems,)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from relay.config import Config
+from relay.config import Config, resolve_dotted
 from relay.data import load_rows
 from relay.envs.arithmetic import make_rows
 
@@ -30,7 +30,12 @@ def model_path(cfg: Config) -> str:
         return str(Path(cfg.model.path).expanduser()) if Path(cfg.model.path).expanduser().exists() else cfg.model.path
     from relay.models.tiny import TinySpec, tiny_model_path
 
-    return str(tiny_model_path(TinySpec(target_accuracy=cfg.model.tiny_target_accuracy, digits=cfg.task.digits)))
+    path = tiny_model_path(TinySpec(target_accuracy=cfg.model.tiny_target_accuracy, digits=cfg.task.digits))
+    if cfg.task.env is not None and hasattr(resolve_dotted(cfg.task.env), "warm_start_trajectories"):
+        from relay.models.warm_start import task_model_path  # agentic built-ins: a warm start on example episodes
+
+        path = task_model_path(cfg.task.env, path)
+    return str(path)
 
 
 def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
@@ -38,6 +43,9 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
     if t.name == "arithmetic":
         # Distinct seeds: held-out rows are (almost surely) not training rows.
         return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(t.num_eval_rows, cfg.run.seed + 7_919, t.digits)
+    if t.train_file is None and t.env is not None:  # the environment makes its own rows (reset(**row))
+        env = resolve_dotted(t.env)
+        return env.make_rows(t.num_train_rows, cfg.run.seed), env.make_rows(t.num_eval_rows, cfg.run.seed + 7_919)
     train = load_rows(t.train_file, t.prompt_key, t.answer_key)
     return train, (load_rows(t.eval_file, t.prompt_key, t.answer_key) if t.eval_file else train[: t.num_eval_rows])
 

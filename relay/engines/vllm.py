@@ -81,7 +81,7 @@ class VLLMEngine:
                             and not self._inproc else "reload")
         self.exact_truncated_logprobs = False
         if kwargs["logprobs_mode"] == "processed_logprobs":
-            hooks = ["none"]
+            hooks = self.llm.collective_rpc("relay_install_logprob_hook")
             self.exact_truncated_logprobs = all(h != "none" for h in hooks)
             if not self.exact_truncated_logprobs:
                 warnings.warn("vllm: unknown sampler layout; with top_p < 1 or top_k > 0 the logprobs are those "
@@ -139,7 +139,7 @@ class VLLMEngine:
                 self.llm.collective_rpc("relay_load_weights", args=(path,))
             finally:
                 os.unlink(path)
-        pass  # cached KV blocks were computed by the old weights
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._version = version
 
     def _send_ipc(self, items: list[tuple[str, torch.Tensor]]) -> None:
@@ -171,6 +171,10 @@ class VLLMEngine:
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
+    def shutdown(self) -> None:
+        """Stop the engine core (its child processes, GPU memory) now rather than at exit."""
+        self.llm.llm_engine.engine_core.shutdown()
 
 
 # -- helpers (caller side) --------------------------------------------------------------------
@@ -281,7 +285,7 @@ class RelayWorkerExtension:
         from vllm.platforms import current_platform
 
         if current_platform.is_cpu():
-            pass
+            relay_refresh_cpu_lm_head(self.model_runner.get_model())
 
     def relay_install_logprob_hook(self) -> str:
         """Make the sampler's "processed" logprobs log_softmax(logits / T) before top-k/top-p."""

@@ -41,8 +41,8 @@ def math_tool_reward(sample, env=None) -> float:
 class MathToolEnv:
     """One question; the first turn without a tool call is the answer (reward 1 if exact, done)."""
 
-    warm_start_steps = 400  # relay/models/warm_start.py
-    tool_fraction = 0.5  # share of warm-start episodes that call the tool (the rest guess)
+    warm_start_steps = 500  # relay/models/warm_start.py
+    tool_fraction = 0.6  # share of warm-start episodes that call the tool (the rest guess)
 
     def reset(self, prompt: str, ground_truth: str, **_: Any) -> str:
         self.question, self.truth, self.answer = prompt, str(ground_truth), None

@@ -26,13 +26,16 @@ from relay.config import resolve_dotted
 BUILDER_VERSION = 1  # bump when the recipe changes, so stale caches are not reused
 
 
-def task_model_path(env: str, base: str | Path, steps: int | None = None, batch: int = 32, lr: float = 2e-3,
+def task_model_path(env: str, base: str | Path, steps: int | None = None, batch: int = 32, lr: float = 3e-3,
                     seed: int = 0, cache_dir: Path | None = None) -> Path:
     """Folder of `base` fine-tuned on the examples of the environment class `env` (dotted path)."""
     env_cls = resolve_dotted(env)
     steps = steps if steps is not None else getattr(env_cls, "warm_start_steps", 300)
     base = Path(base)
-    recipe = {"v": BUILDER_VERSION, "env": env, "base": base.name, "steps": steps, "batch": batch, "lr": lr, "seed": seed}
+    # The examples' fingerprint is in the key: changing how a task writes them rebuilds the model.
+    sample = repr(env_cls.warm_start_trajectories(64, seed + 1_000_003)).encode()
+    recipe = {"v": BUILDER_VERSION, "env": env, "base": base.name, "steps": steps, "batch": batch, "lr": lr, "seed": seed,
+              "examples": hashlib.sha256(sample).hexdigest()[:16]}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     name = env.replace(":", ".").rsplit(".", 1)[-1].lower()
     folder = (cache_dir or base.parent) / f"tiny-{name}-{key}"

@@ -80,6 +80,11 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
     assert placed["multinode/rollout-0"] == node_ids["rollout"]
     assert node_ids["learner"] != node_ids["rollout"]
     assert "multinode/env-0" in placed  # no label: anywhere with a free CPU
+    # Outside Tune each role gets its own placement group (removed again when train() ends);
+    # tests/e2e/test_tune.py relies on the table keeping removed groups.
+    groups = {pg["name"]: pg for pg in ray.util.placement_group_table().values()}
+    assert {"multinode/rollout", "multinode/learner", "multinode/env"} <= set(groups)
+    assert groups["multinode/learner"]["bundles"][0] == {"CPU": 1.0, "GPU": 1.0, "learner_node": NODE_RESOURCE_SHARE}
     assert (tmp_path / "multinode" / "metrics.jsonl").read_text().count('"step"') == 2
     assert summary["run_dir"].endswith("multinode")
 

@@ -84,12 +84,13 @@ def head():
     token_path.write_text(token)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), RAY_USAGE_STATS_ENABLED="0",
+               RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",  # SIGTERM: stop at once, no drain wait
                PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",  # the job's `python` is this venv's
                PYTHONUNBUFFERED="1")
     gcs, dashboard, client, agent_http, agent_grpc, metrics, node_manager, object_manager, runtime_env = free_ports(9)
     log = open(Path(temp_dir) / "ray_start.log", "w")
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}", "--num-cpus=4",
+        [RAY, "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}", "--num-cpus=3",
          "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
          f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
          f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
@@ -106,15 +107,16 @@ def head():
             time.sleep(1)
         yield {"address": address, "token": token, "env": env, "temp_dir": temp_dir}
     finally:
+        proc.terminate()  # `ray start --block` stops the processes it started, then exits
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # anything left in its process group
         except ProcessLookupError:
             pass
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
         for pid in processes_naming(temp_dir):  # workers or job drivers in other sessions
             try:
                 os.kill(pid, signal.SIGKILL)

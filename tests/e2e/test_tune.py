@@ -25,8 +25,10 @@ def test_shipped_sweep_file_is_valid():
     sweep = tune.load_sweep(REPO / "configs" / "tune.yaml")
     assert sweep.metric == "reward/mean" and sweep.scheduler["type"] == "asha"
     assert set(tune.param_space(sweep)) == set(sweep.search)
-    # One bundle for the trial's own process, then one per actor (rollout, env, learner).
-    assert tune.trial_bundles(sweep.base_config) == [{"CPU": tune.TRIAL_DRIVER_CPUS}, {"CPU": 1.0}, {"CPU": 0.25}, {"CPU": 1.0}]
+    # One bundle for the trial's own process, then one per actor (env, rollout, learner).
+    assert tune.trial_bundles(sweep.base_config) == [{"CPU": tune.TRIAL_DRIVER_CPUS}, {"CPU": 0.25}, {"CPU": 1.0}, {"CPU": 1.0}]
+    with_reference = sweep.trial_config({"algorithm.kl_coef": 0.01, "resources.rollout.count": 2, "training.prompts_per_step": 4})
+    assert len(tune.trial_bundles(with_reference)) == 6  # + a second rollout worker + the reference
 
 
 def test_sweep_file_problems_are_listed_together(tmp_path):
@@ -46,8 +48,9 @@ def test_sweep_file_problems_are_listed_together(tmp_path):
 @pytest.fixture
 def ray_session():
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    # 3 CPUs: one trial at a time (2.75 each); two at once would only share the same cores.
-    ray.init(num_cpus=3, include_dashboard=False, _temp_dir=temp_dir, namespace="relay")
+    # 6 logical CPUs: both trials (2.75 each) at once; their start-ups (process spawns, imports,
+    # model loads) overlap even on 2 cores.
+    ray.init(num_cpus=6, include_dashboard=False, _temp_dir=temp_dir, namespace="relay")
     try:
         yield
     finally:
