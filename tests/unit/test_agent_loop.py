@@ -17,7 +17,7 @@ from relay.agent import AgentLimits, AgentLoop, ChatFormat, Trajectory, Trajecto
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.math_tool import MathToolEnv, math_tool_reward
-from relay.envs.textgame import TextGameEnv
+from relay.envs.textgame import WEAPONS, TextGameEnv
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.tools.parsers import ParseResult, ToolCall, get_parser
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
@@ -412,7 +412,7 @@ def test_builtin_trajectories_use_the_loop_layout(tok):
     env = TextGameEnv()
     row = TextGameEnv.make_rows(1, 3)[0]
     env.reset(**row)
-    weapon = next(i for i in row["items"] if i in ("sword", "axe", "spear", "bow", "club", "dagger"))
+    weapon = next(i for i in row["items"] if i in WEAPONS)
     assert env.step(f"take {weapon}")[1:3] == (0.5, False)
     assert env.step(f"attack {row['monster']}")[1:3] == (1.0, True)
 
