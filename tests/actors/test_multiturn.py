@@ -5,6 +5,7 @@ Uses the math_tool and textgame warm-started tiny models (built offline and cach
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import ray
@@ -19,6 +20,7 @@ from relay.run import model_path
 from relay.tools.parsers import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")
 
 
@@ -33,7 +35,7 @@ def local_ray():
 
 
 def math_cfg(*overrides):
-    return load_config("configs/math_tool.yaml", ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1",
+    return load_config(REPO / "configs/math_tool.yaml", ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1",
                                                   "resources.rollout.cpus=0.5", *overrides])
 
 
@@ -54,7 +56,7 @@ def stop(*handles, groups=()):
         ray.util.remove_placement_group(pg)
 
 
-def check_tool_episodes(samples, rows, tokenizer_decode=None):
+def check_tool_episodes(samples):
     called = [s for s in samples if s.tool_calls]
     assert called, [s.meta["turn_texts"] for s in samples]
     for s in called:
@@ -79,7 +81,7 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
         rows = make_rows(12, seed=5)
         samples, metrics = ray.get(worker.rollout.remote(rows, 0, first_group_id=0))
         assert len(samples) == 24 and sorted({s.group_id for s in samples}) == list(range(12))
-        called = check_tool_episodes(samples, rows)
+        check_tool_episodes(samples)
         assert metrics["agent/tool_calls"] > 0 and metrics["agent/turns"] > 1
         assert sum(metrics[f"agent/finish_{r}"] for r in ("stop", "length", "max_turns", "budget", "env_error")) == pytest.approx(1.0)
         # the environment scored every answered episode; the EnvPool sums its rewards
@@ -100,7 +102,6 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
         assert [r.ok for r in results] == [False, False, False, False]
         assert "unexpected argument 'timeout'" in results[1].error
         assert results[2].seconds < 30  # killed by the configured limit (cpu_seconds=2 / wall 5 s)
-        assert len(called) >= 1
     finally:
         stop(worker, env, *executors, groups=groups)
 
@@ -114,7 +115,7 @@ def test_tool_server_path():
         assert executors == []
         try:
             samples, metrics = ray.get(worker.rollout.remote(make_rows(8, seed=6), 0, first_group_id=0))
-            check_tool_episodes(samples, None)
+            check_tool_episodes(samples)
             assert server.health()["served"] > 0
         finally:
             stop(worker, env, groups=groups)
@@ -131,7 +132,7 @@ def test_unbuildable_sandbox_fails_before_other_actors():
 
 
 def test_textgame_env_episodes_with_per_turn_rewards():
-    cfg = load_config("configs/textgame.yaml", ["rollout.n=2", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"])
+    cfg = load_config(REPO / "configs/textgame.yaml", ["rollout.n=2", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"])
     worker, env, _, groups = start(cfg, "test-mt-game", tools=False)
     try:
         rows = TextGameEnv.make_rows(8, seed=9)

@@ -9,11 +9,10 @@ real HFEngine on the tiny model.
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop, ChatFormat, Trajectory, TrajectoryTurn, encode_trajectory, episode_metrics
+from relay.agent import AgentLimits, AgentLoop, ChatFormat, encode_trajectory, episode_metrics
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.math_tool import MathToolEnv, math_tool_reward
