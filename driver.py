@@ -34,7 +34,8 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
     per_worker = {f"rollout/tokens_per_s/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
-    return samples, {"rollout/tokens_per_s": tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker}
+    agent = {k: sum(m[k] for _, m in results) / len(results) for k in results[0][1] if k.startswith("agent/")}  # multi-turn stats
+    return samples, {"rollout/tokens_per_s": tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker, **agent}
 
 
 def score(actors, samples) -> dict[str, float]:
