@@ -15,7 +15,7 @@ import torch
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
-from relay.algos import compute_advantages, make_kl_controller, kl_penalty, masked_mean, mixed_group_mask, overlong_penalty
+from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, make_kl_controller, kl_penalty, masked_mean, mixed_group_mask, overlong_penalty
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator
@@ -85,6 +85,9 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
+        # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
+        # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.
+        final_rewards = batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
         with timer("reference"):
             old_logprobs = actors.learner.compute_logprobs.remote(batch)
             values = actors.critic.compute_values.remote(batch) if actors.critic else None
@@ -100,7 +103,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
                 batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
                 kl_ctl.update(kl_mean, n_steps=len(batch))
         batch.extras["advantages"], batch.extras["returns"] = compute_advantages(
-            a.estimator, rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
+            a.estimator, rewards=final_rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
             token_rewards=batch.token_rewards, values=batch.extras.get("values"), gamma=a.gamma, lam=a.lam)
         with timer("update"):
             updates = [actors.learner.update.remote(batch)] + ([actors.critic.update.remote(batch)] if actors.critic else [])

@@ -1,6 +1,7 @@
 """RL math: advantage estimators, policy/value losses, KL. Pure functions of tensors."""
 from relay.algos.advantages import (
     ESTIMATORS,
+    TOKEN_LEVEL_ESTIMATORS,
     compute_advantages,
     mixed_group_mask,
     overlong_penalty,
@@ -25,7 +26,7 @@ from relay.algos.losses import (
 from relay.algos.utils import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
-    "ESTIMATORS", "compute_advantages", "mixed_group_mask", "overlong_penalty",
+    "ESTIMATORS", "TOKEN_LEVEL_ESTIMATORS", "compute_advantages", "mixed_group_mask", "overlong_penalty",
     "KL_ESTIMATORS", "KLController", "FixedKLController", "AdaptiveKLController", "kl_penalty", "make_kl_controller",
     "AGG_MODES", "POLICY_LOSSES", "aggregate", "policy_loss", "truncated_is_weights", "value_loss",
     "entropy_from_logits",

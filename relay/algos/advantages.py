@@ -227,6 +227,10 @@ ESTIMATORS: dict[str, AdvantageEstimator] = {
 }
 
 
+# Estimators that add token_rewards themselves (per-turn environment rewards, KL-in-reward).
+TOKEN_LEVEL_ESTIMATORS = frozenset({"gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline"})
+
+
 def compute_advantages(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """ESTIMATORS[name](**kwargs) -> (advantages [B,R], returns [B,R])."""
     try:
