@@ -51,15 +51,20 @@ def tiny_model_path(spec: TinySpec = TinySpec(), cache_dir: Path | None = None) 
     """Folder of the built model; builds it on first use (about a minute on 2 cores)."""
     key = hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **asdict(spec)}, sort_keys=True).encode()).hexdigest()[:12]
     folder = (cache_dir or default_cache_dir()) / f"tiny-qwen2-{key}"
+    return build_cached(folder, lambda: build_tiny_model(spec), "relay_tiny_spec.json", asdict(spec))
+
+
+def build_cached(folder: Path, build, recipe_file: str, recipe: dict) -> Path:
+    """`folder` if built already; else `build() -> (model, tokenizer)` saved there atomically."""
     if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
     try:
-        model, tokenizer = build_tiny_model(spec)
+        model, tokenizer = build()
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / "relay_tiny_spec.json").write_text(json.dumps(asdict(spec), indent=1))
+        (tmp / recipe_file).write_text(json.dumps(recipe, indent=1))
         try:
             os.rename(tmp, folder)  # atomic: a concurrent builder's identical result may have won
         except OSError:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from relay.agent import ChatFormat, encode_trajectory
 from relay.config import resolve_dotted
+from relay.models.tiny import build_cached
 
 BUILDER_VERSION = 1  # bump when the recipe changes, so stale caches are not reused
 
@@ -39,23 +37,7 @@ def task_model_path(env: str, base: str | Path, steps: int | None = None, batch:
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     name = env.replace(":", ".").rsplit(".", 1)[-1].lower()
     folder = (cache_dir or base.parent) / f"tiny-{name}-{key}"
-    if (folder / "config.json").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
-    try:
-        model, tokenizer = warm_start(base, env_cls, steps, batch, lr, seed)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "relay_warm_start.json").write_text(json.dumps(recipe, indent=1))
-        try:
-            os.rename(tmp, folder)  # atomic: a concurrent builder's identical result may have won
-        except OSError:
-            if not (folder / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return build_cached(folder, lambda: warm_start(base, env_cls, steps, batch, lr, seed), "relay_warm_start.json", recipe)
 
 
 def warm_start(base: Path, env_cls, steps: int, batch: int, lr: float, seed: int):
