@@ -109,7 +109,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
             updates = [actors.learner.update.remote(batch)] + ([actors.critic.update.remote(batch)] if actors.critic else [])
             update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
-            sync_weights(actors.learner, actors.rollout, version=step + 1)
+            sync_weights(actors, version=step + 1)
     metrics = {
         "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
@@ -146,7 +146,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             ray.get(actors.learner.load_state.remote(groups, state["learner"]))
             if actors.critic:
                 ray.get(actors.critic.load_state.remote(groups, state["critic"]))
-        sync_weights(actors.learner, actors.rollout, version=start_step)
+        sync_weights(actors, version=start_step)
         if state["accuracy_before"] is None:
             state["accuracy_before"] = evaluate(actors, eval_rows)
         for step in range(start_step, cfg.training.steps):

@@ -16,7 +16,7 @@ from transformers import AutoModelForTokenClassification
 from relay.algos import value_loss
 from relay.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
 from relay.config import Config
-from relay.models.loading import DTYPES
+from relay.models.loading import DTYPES, actor_device
 from relay.types import Batch
 
 
@@ -29,6 +29,8 @@ class Critic:
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
         self.model = AutoModelForTokenClassification.from_pretrained(
             c.model_path or model_path, num_labels=1, dtype=DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code)
+        self.device = actor_device()
+        self.model.to(self.device)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
@@ -42,12 +44,14 @@ class Critic:
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return self._values(batch) * batch.loss_mask
+        batch = batch.to(self.device)
+        return (self._values(batch) * batch.loss_mask).cpu()
 
     def update(self, batch: Batch) -> dict[str, float]:
         """Clipped value loss against the returns, same epochs/mini/micro-batching as the learner."""
         t, c = self.cfg.training, self.cfg.critic
         start, history = time.perf_counter(), {}
+        batch = batch.to(self.device)
         for _ in range(t.ppo_epochs):
             for mini_idx in torch.arange(len(batch)).chunk(t.mini_batches):
                 mini = batch.select(mini_idx)
@@ -70,8 +74,8 @@ class Critic:
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
-        tensors = {k: v.clone() for k, v in tensors.items()}  # a snapshot, not views of live state
-        weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        tensors = {k: v.to("cpu", copy=True) for k, v in tensors.items()}  # a snapshot, not views of live state
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton}
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:

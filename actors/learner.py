@@ -6,10 +6,11 @@ import time
 import numpy as np
 import torch
 
+from actors.weights import WeightSender
 from relay.algos import aggregate, kl_penalty, masked_mean, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
-from relay.models.loading import load_model
+from relay.models.loading import actor_device, load_model
 from relay.policy import response_logprobs
 from relay.types import Batch
 
@@ -18,20 +19,22 @@ class Reference:
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         self.temperature = cfg.rollout.temperature
-        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).eval()
+        self.device = actor_device()
+        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device).eval()
 
     @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return response_logprobs(self.model, batch, self.temperature)[0]
+        return response_logprobs(self.model, batch.to(self.device), self.temperature)[0].cpu()
 
 
-class Learner:
+class Learner(WeightSender):
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.temperature = cfg.rollout.temperature
-        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code)
+        self.device = actor_device()
+        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
@@ -40,12 +43,13 @@ class Learner:
 
     @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return response_logprobs(self.model, batch, self.temperature)[0]
+        return response_logprobs(self.model, batch.to(self.device), self.temperature)[0].cpu()
 
     def update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
         t, a = self.cfg.training, self.cfg.algorithm
         start = time.perf_counter()
+        batch = batch.to(self.device)
         history: dict[str, list[float]] = {}
         # Token-mean over the whole mini-batch: weight each micro-batch by its share of tokens.
         generator = torch.Generator().manual_seed(self.cfg.run.seed + int(batch.group_ids[0]))
@@ -100,8 +104,8 @@ class Learner:
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         """Everything an exact resume needs: weights, optimizer, this process's RNG."""
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
-        opt_tensors = {k: v.clone() for k, v in opt_tensors.items()}  # a snapshot, not views of live state
-        policy = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
+        policy = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         return {"policy": policy, "optimizer": opt_tensors}, {"optimizer": opt_skeleton, "rng": capture_rng()}
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:

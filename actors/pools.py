@@ -15,6 +15,7 @@ from actors.env import EnvPool
 from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
+from actors.weights import broadcast_backend, open_broadcast, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 
 NAMESPACE = "relay"
@@ -142,6 +143,7 @@ class Actors:
     reference: object | None
     tools: list = field(default_factory=list)  # ToolExecutors (tools.enabled without tools.server_url)
     critic: object | None = None
+    weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     placement_groups: list = field(default_factory=list)
 
 
@@ -162,6 +164,9 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
         if cfg.critic.enabled:
             actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
+        if uses_broadcast(res):
+            open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
+            actors.weight_broadcast = True
         yield actors
     finally:
         for handle in [*actors.rollout, *actors.env, *actors.tools, actors.learner, actors.reference, actors.critic]:

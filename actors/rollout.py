@@ -13,6 +13,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.weights import WeightReceiver
 from relay.agent import AgentLimits, AgentLoop, episode_metrics
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
@@ -23,7 +24,7 @@ from relay.tools.registry import ToolResult
 from relay.types import Sample
 
 
-class RolloutWorker:
+class RolloutWorker(WeightReceiver):
     def __init__(self, cfg: Config, model_path: str, worker_index: int, num_threads: int,
                  env_pool=None, tool_executors: list | None = None):
         torch.set_num_threads(num_threads)

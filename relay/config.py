@@ -163,6 +163,10 @@ class ResourcesConfig:
     env: RoleResources = RoleResources(count=1, cpus=0.25)
     ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
     dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own
+    # Learner -> rollout weights (actors/weights.py): object_store (CPU, any placement), broadcast
+    # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
+    # and the rollout workers each hold whole GPUs.
+    weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
 
 
 @dataclass(frozen=True)

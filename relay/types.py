@@ -5,7 +5,7 @@ of every row starts at column P and the learner slices logits[:, P-1 : P-1+R].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -63,16 +63,17 @@ class Batch:
 
     def select(self, idx: torch.Tensor | list[int]) -> "Batch":
         """Rows idx, all tensors (extras included)."""
-        idx = torch.as_tensor(idx, dtype=torch.long)
-        pick = lambda t: t.index_select(0, idx)
-        return Batch(
-            prompts=pick(self.prompts), responses=pick(self.responses),
-            attention_mask=pick(self.attention_mask), position_ids=pick(self.position_ids),
-            loss_mask=pick(self.loss_mask), rollout_logprobs=pick(self.rollout_logprobs),
-            rewards=pick(self.rewards), group_ids=pick(self.group_ids),
-            token_rewards=pick(self.token_rewards),
-            extras={k: pick(v) for k, v in self.extras.items()},
-        )
+        idx = torch.as_tensor(idx, dtype=torch.long, device=self.prompts.device)
+        return self._map(lambda t: t.index_select(0, idx))
+
+    def to(self, device: torch.device | str) -> "Batch":
+        """All tensors (extras included) on `device`."""
+        return self._map(lambda t: t.to(device))
+
+    def _map(self, fn) -> "Batch":
+        """A Batch of fn(tensor) for every tensor field and extra."""
+        tensors = {f.name: fn(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
+        return Batch(**tensors, extras={k: fn(v) for k, v in self.extras.items()})
 
     @classmethod
     def from_samples(cls, samples: list[Sample], pad_id: int) -> "Batch":

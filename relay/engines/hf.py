@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from relay.engines.base import Completion, SamplingParams
-from relay.models.loading import load_model, load_tokenizer
+from relay.models.loading import actor_device, load_model, load_tokenizer
 
 GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
 
@@ -20,7 +20,8 @@ class HFEngine:
     def __init__(self, model_path: str, dtype: str = "float32", tokenizer_path: str | None = None,
                  trust_remote_code: bool = False, **engine_kwargs):
         self.tokenizer = load_tokenizer(tokenizer_path or model_path, trust_remote_code)
-        self.model = load_model(model_path, dtype, trust_remote_code).eval()
+        self.device = actor_device()
+        self.model = load_model(model_path, dtype, trust_remote_code).to(self.device).eval()
         self.generate_kwargs = engine_kwargs  # passed to model.generate untouched
         self._version = 0
 
@@ -41,8 +42,8 @@ class HFEngine:
     def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         pad = self.tokenizer.pad_token_id
         width = max(map(len, prompts))
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         greedy = sampling.temperature == 0
         kwargs = dict(

@@ -17,5 +17,11 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tokenizer
 
 
+def actor_device() -> torch.device:
+    """The GPU this process was given, else the CPU. Ray sets CUDA_VISIBLE_DEVICES per actor
+    (empty for actors that asked for no GPU), so the first visible device is this actor's."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
 def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False):
     return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)

@@ -1,0 +1,63 @@
+"""The broadcast weight-sync group (actors/weights.py) with the gloo backend, in plain processes."""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import torch
+
+from actors.weights import BroadcastPlan, WeightGroup, listen
+
+
+def state_dict(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    embed = torch.randn(11, 6, generator=g)
+    return {
+        "embed.weight": embed,
+        "norm.weight": torch.randn(6, generator=g).to(torch.bfloat16),  # odd byte counts and dtypes
+        "count": torch.tensor([3, 1, 4], dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "big.weight": torch.randn(40, 40, generator=g),
+        "lm_head.weight": embed,  # tied: the same tensor under two names
+    }
+
+
+def test_plan_buckets_align_and_dedupe_tied_weights():
+    sd = state_dict(0)
+    plan = BroadcastPlan.of(sd, bucket_limit=4096)
+    assert plan.aliases == {"lm_head.weight": "embed.weight"}
+    names = [s.name for bucket in plan.buckets for s in bucket]
+    assert sorted(names) == sorted(set(sd) - {"lm_head.weight"})
+    # big.weight (6400 bytes) would overflow the 4096-byte limit: it starts a bucket of its own
+    assert [[s.name for s in bucket] for bucket in plan.buckets][1:] == [["big.weight"]]
+    for bucket, size in zip(plan.buckets, plan.bucket_bytes):
+        assert all(s.offset % 16 == 0 and s.offset + s.nbytes <= size for s in bucket)
+
+
+def _receiver(rank: int, world: int, port: int, plan, queue) -> None:
+    group = WeightGroup("127.0.0.1", port, rank, world, "gloo", tag="test")
+    for _ in range(2):
+        queue.put((rank, {k: v.clone() for k, v in group.receive(plan).items()}))
+
+
+def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
+    ctx = mp.get_context("spawn")
+    sock = listen("127.0.0.1")
+    port = sock.getsockname()[1]
+    first, second = state_dict(1), state_dict(2)
+    plan = BroadcastPlan.of(first, bucket_limit=4096)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_receiver, args=(rank, 3, port, plan, queue)) for rank in (1, 2)]
+    for p in procs:
+        p.start()
+    group = WeightGroup("127.0.0.1", port, 0, 3, "gloo", tag="test", listen_socket=sock)
+    group.send(first, plan)
+    group.send(second, plan)  # a second round through the same group
+    got = [queue.get(timeout=120) for _ in range(4)]
+    for p in procs:
+        p.join(timeout=60)
+    for rank in (1, 2):
+        rounds = [sd for r, sd in got if r == rank]
+        for sent, received in zip((first, second), rounds):
+            assert received.keys() == sent.keys()
+            for name, t in sent.items():
+                assert received[name].dtype == t.dtype and torch.equal(received[name], t), name
