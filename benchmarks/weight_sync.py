@@ -1,0 +1,82 @@
+"""Weight-sync seconds learner -> rollout workers, object store vs collective broadcast.
+
+    python benchmarks/weight_sync.py [--model tiny|qwen05b] [--workers 1 2] [--engine hf] [--repeats 5]
+
+Real actors (actors/pools.py): one Learner, N RolloutWorkers, the transport chosen by
+resources.weight_sync. One sync = actors/weights.py:sync_weights, end to end as the driver calls
+it: object store = learner.get_weights (state dict -> numpy, fp32 for bf16) + put + every worker
+reads and loads; broadcast = the learner packs byte buckets and broadcasts them (gloo on CPU,
+NCCL between whole GPUs), every worker unpacks and loads. Median of --repeats after one warm-up.
+"qwen05b" is a Qwen2.5-0.5B-shaped random model in bf16 (494M parameters, tied embeddings).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.rollout_throughput import build_model  # noqa: E402
+
+
+def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str, repeats: int, gpus: float) -> dict:
+    import ray
+
+    from actors.pools import actor_pools
+    from actors.weights import sync_weights
+    from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources, RolloutConfig
+
+    cfg = Config(model=ModelConfig(path=model_path, dtype=dtype), rollout=RolloutConfig(engine=engine),
+                 resources=ResourcesConfig(rollout=RoleResources(count=workers, cpus=1, gpus=gpus),
+                                           learner=RoleResources(cpus=1, gpus=gpus), weight_sync=transport))
+    with actor_pools(cfg, model_path, f"bench-{transport}-{workers}") as actors:
+        state_bytes = sum(v.nbytes for v in ray.get(actors.learner.get_weights.remote()).values())
+        sync_weights(actors, version=1)  # warm-up (first broadcast also opens connections)
+        times = []
+        for version in range(2, 2 + repeats):
+            t0 = time.perf_counter()
+            sync_weights(actors, version=version)
+            times.append(time.perf_counter() - t0)
+        versions = ray.get([w.weight_version.remote() for w in actors.rollout])
+        assert versions == [1 + repeats] * workers, versions
+    return {"seconds": statistics.median(times), "object_store_bytes": state_bytes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=["tiny", "qwen05b"], default="tiny")
+    ap.add_argument("--engine", default="hf")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+
+    import ray
+    import torch
+
+    cuda = torch.cuda.device_count()
+    model_path, dtype = build_model(a.model)
+    ray.init(num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False)
+    rows = []
+    for workers in a.workers:
+        # Whole GPUs per actor where there are enough (NCCL); else none (gloo, CPU tensors).
+        gpus = 1.0 if cuda >= workers + 1 else 0.0
+        for transport in ("object_store", "broadcast"):
+            r = bench(model_path, dtype, a.engine, workers, transport, a.repeats, gpus)
+            rows.append((workers, transport, "nccl" if gpus and transport == "broadcast" else ("gloo" if transport == "broadcast" else "-"), r))
+    device = f"{cuda} GPU(s): {torch.cuda.get_device_name()}" if cuda else f"CPU, {os.cpu_count()} cores"
+    print(f"\nweight sync: model={a.model} ({dtype}), engine={a.engine}, median of {a.repeats}; {device}")
+    print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}")
+    for workers, transport, backend, r in rows:
+        print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}")
+    print("state MB: the learner's state dict as sent through the object store (numpy; bf16 goes as fp32). "
+          "broadcast sends the raw dtype bytes, tied weights once.")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
