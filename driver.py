@@ -84,6 +84,8 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
     with timer("step"):
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
+        if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
+            ray.get([w.sleep.remote() for w in actors.rollout])
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
         # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
         # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.

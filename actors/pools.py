@@ -143,6 +143,7 @@ class Actors:
     reference: object | None
     tools: list = field(default_factory=list)  # ToolExecutors (tools.enabled without tools.server_url)
     critic: object | None = None
+    rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     placement_groups: list = field(default_factory=list)
 
@@ -164,6 +165,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
         if cfg.critic.enabled:
             actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
+        sleep = cfg.rollout.sleep_while_training
+        actors.rollout_sleeps = 0 < res.rollout.gpus < 1 if sleep is None else sleep
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True

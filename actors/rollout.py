@@ -123,6 +123,9 @@ class RolloutWorker(WeightReceiver):
         self.engine.update_weights(named_tensors, version)
         return time.perf_counter() - start
 
+    def sleep(self) -> None:
+        self.engine.sleep()
+
     def weight_version(self) -> int:
         return self.engine.weight_version
 

@@ -72,6 +72,10 @@ class RolloutConfig:
     max_turns: int = 4  # model turns per episode
     max_tokens_per_turn: int | None = None  # None: max_new_tokens
     max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
+    # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
+    # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
+    # None: on when the rollout workers hold a fraction of a GPU (colocated with other roles).
+    sleep_while_training: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engin
     small = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8", "training.steps=3",
              "checkpoint.every=0", "resources.rollout.count=2", f"rollout.engine={engine}"]
     store = run(tmp_path, overrides=[*small, "run.name=store", "resources.weight_sync=object_store"])
-    broadcast = run(tmp_path, overrides=[*small, "run.name=broadcast", "resources.weight_sync=broadcast"])
+    # Engines also sleep after each rollout here (a no-op on CPU: the driver's path is what runs).
+    broadcast = run(tmp_path, overrides=[*small, "run.name=broadcast", "resources.weight_sync=broadcast",
+                                         "rollout.sleep_while_training=true"])
     a, b = metrics(store["run_dir"]), metrics(broadcast["run_dir"])
     for step in (1, 2, 3):
         for key in ("actor/loss", "actor/grad_norm", "reward/mean", "response/length_mean", "rollout/logprob_diff_max"):
