@@ -97,3 +97,18 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
         found = {name: value for name, labels, value in scrape(port) if labels.get("run") == "multinode"}
     assert found.get("ray_relay_steps_total") == 2
     assert "ray_relay_reward_mean" in found and "ray_relay_weight_sync_seconds_last" in found
+
+
+def test_broadcast_weight_sync_crosses_nodes(cluster, tiny_model_path):
+    """The gloo group across two raylets: the store listens on the learner node's address (not
+    loopback, not every interface) and the worker on the other node gets every tensor exactly."""
+    from relay.config import Config, ModelConfig, ResourcesConfig
+    from tests.actors.test_weight_sync import check_sync
+
+    res = ResourcesConfig(learner=RoleResources(cpus=1, node_resource="learner_node"),
+                          rollout=RoleResources(cpus=1, node_resource="rollout_node"),
+                          env=RoleResources(cpus=0.25), weight_sync="broadcast")
+    address = check_sync(Config(model=ModelConfig(path=tiny_model_path), resources=res), tiny_model_path, "multinode-broadcast")
+    assert address == ray.util.get_node_ip_address()  # the head's address, where the learner runs
+    placed = actor_nodes("multinode-broadcast/")
+    assert placed["multinode-broadcast/learner-0"] != placed["multinode-broadcast/rollout-0"]

@@ -43,9 +43,13 @@ def tied(actor, path: str) -> bool:
     return model_of(actor, path, lambda m: m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr())
 
 
-def check_sync(cfg: Config, model_path: str, run_name: str) -> None:
+def check_sync(cfg: Config, model_path: str, run_name: str) -> str | None:
+    """Sync twice, compare every worker with the learner; the address the broadcast group's store
+    listens on (None for the object store)."""
     with actor_pools(cfg, model_path, run_name) as actors:
         assert actors.weight_broadcast == (cfg.resources.weight_sync == "broadcast")
+        address = ray.get(actors.learner.__ray_call__.remote(
+            lambda self: self._weight_socket.getsockname()[0] if hasattr(self, "_weight_socket") else None))
         for version, seed in ((3, 0), (4, 1)):  # twice through the same group
             perturb(actors.learner, seed)
             seconds = sync_weights(actors, version)
@@ -57,6 +61,7 @@ def check_sync(cfg: Config, model_path: str, run_name: str) -> None:
                 assert all(torch.equal(got[k], learner[k]) for k in learner), [k for k in learner if not torch.equal(got[k], learner[k])]
                 assert tied(worker, "engine.model")
             print(f"{cfg.resources.weight_sync} sync to {len(actors.rollout)} workers: {seconds * 1e3:.1f} ms")
+    return address
 
 
 @pytest.mark.parametrize("transport", ["object_store", "broadcast"])
@@ -64,7 +69,8 @@ def test_every_worker_gets_the_learners_weights(tiny_model_path, transport):
     cfg = Config(model=ModelConfig(path=tiny_model_path),
                  resources=ResourcesConfig(rollout=RoleResources(count=2, cpus=0.5), learner=RoleResources(cpus=0.5),
                                            env=RoleResources(cpus=0.1), weight_sync=transport))
-    check_sync(cfg, tiny_model_path, f"weights-{transport}")
+    address = check_sync(cfg, tiny_model_path, f"weights-{transport}")
+    assert address == (None if transport == "object_store" else "127.0.0.1")  # one node: loopback only
 
 
 def test_auto_picks_broadcast_only_between_whole_gpus():
