@@ -6,7 +6,7 @@ import time
 import numpy as np
 import torch
 
-from actors.weights import WeightSender
+from actors.weights import WeightPayload, WeightSender
 from relay.algos import aggregate, kl_penalty, masked_mean, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
@@ -97,9 +97,8 @@ class Learner(WeightSender):
         metrics["actor/loss"] = float(loss.detach())
         return loss, metrics
 
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """Numpy arrays: the object store hands them to every worker zero-copy (FINDINGS.md)."""
-        return {name: to_numpy(p) for name, p in self.model.state_dict().items()}
+    def get_weights(self) -> WeightPayload:
+        return WeightPayload.of(self.model.state_dict())
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         """Everything an exact resume needs: weights, optimizer, this process's RNG."""
@@ -124,9 +123,3 @@ class Learner(WeightSender):
 
         return peak_rss_mb()
 
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:  # numpy has no bf16: send fp32, the receiver casts back on copy
-        t = t.float()
-    return t.numpy()

@@ -13,7 +13,7 @@ from typing import Any
 import ray
 import torch
 
-from actors.weights import WeightReceiver
+from actors.weights import WeightPayload, WeightReceiver
 from relay.agent import AgentLimits, AgentLoop, episode_metrics
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
@@ -118,9 +118,9 @@ class RolloutWorker(WeightReceiver):
         tokens = sum(len(s.response_ids) for s in samples)
         return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
 
-    def update_weights(self, named_tensors: dict, version: int) -> float:
+    def update_weights(self, weights: WeightPayload, version: int) -> float:
         start = time.perf_counter()
-        self.engine.update_weights(named_tensors, version)
+        self.engine.update_weights(weights.tensors(), version)
         return time.perf_counter() - start
 
     def sleep(self) -> None:

@@ -1,7 +1,7 @@
 """Weight sync learner -> rollout workers, chosen by placement (`resources.weight_sync`).
 
-object_store  The learner's state dict goes into Ray's object store once (numpy, zero-copy
-              reads) and every worker copies it into its engine. Works everywhere: CPU, any
+object_store  The learner's state dict goes into Ray's object store once (numpy, read zero-copy;
+              bf16 as its raw 16-bit pattern; tied weights once) and every worker loads it. Works everywhere: CPU, any
               mix of nodes. The default unless both roles hold whole GPUs.
 broadcast     One collective group: the learner is rank 0, rollout worker i is rank i + 1.
               NCCL when both roles hold whole GPUs (the GPU-to-GPU path for separate pools),
@@ -21,6 +21,9 @@ import socket
 import time
 from dataclasses import dataclass
 
+import warnings
+
+import numpy as np
 import ray
 import torch
 import torch.distributed as dist
@@ -29,6 +32,47 @@ import torch.distributed as dist
 TIMEOUT = datetime.timedelta(minutes=10)
 BUCKET_BYTES = 256 << 20  # bytes per collective call: bounds the extra memory on both sides
 ALIGN = 16  # every tensor starts at a multiple of this in its bucket, so dtype views are legal
+
+
+def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(the state dict without repeats, {repeated name: the name kept}). Tied weights are one
+    storage under several names (lm_head.weight and embed_tokens.weight): sent once."""
+    unique, aliases, first_name = {}, {}, {}
+    for name, t in state_dict.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
+        if key in first_name:
+            aliases[name] = first_name[key]
+        else:
+            first_name[key] = name
+            unique[name] = t
+    return unique, aliases
+
+
+@dataclass(frozen=True)
+class WeightPayload:
+    """The learner's state dict as the object store carries it: numpy arrays, which Ray hands to
+    every reader zero-copy (FINDINGS.md); bf16, which numpy lacks, as its raw 16-bit pattern."""
+    arrays: dict[str, np.ndarray]
+    bf16: frozenset[str]
+    aliases: dict[str, str]
+
+    @classmethod
+    def of(cls, state_dict: dict[str, torch.Tensor]) -> "WeightPayload":
+        unique, aliases = unique_tensors(state_dict)
+        bf16 = frozenset(name for name, t in unique.items() if t.dtype == torch.bfloat16)
+        arrays = {name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy() for name, t in unique.items()}
+        return cls(arrays, bf16, aliases)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        with warnings.catch_warnings():  # arrays from the object store are read-only; engines only read them
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            out = {name: torch.from_numpy(a) for name, a in self.arrays.items()}
+        out = {name: t.view(torch.bfloat16) if name in self.bf16 else t for name, t in out.items()}
+        return out | {alias: out[name] for alias, name in self.aliases.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
 
 
 @dataclass(frozen=True)
@@ -50,13 +94,9 @@ class BroadcastPlan:
 
     @classmethod
     def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> "BroadcastPlan":
-        buckets, sizes, aliases, first_name = [[]], [0], {}, {}
-        for name, t in state_dict.items():
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
-            if key in first_name:
-                aliases[name] = first_name[key]
-                continue
-            first_name[key] = name
+        unique, aliases = unique_tensors(state_dict)
+        buckets, sizes = [[]], [0]
+        for name, t in unique.items():
             nbytes = t.numel() * t.element_size()
             if sizes[-1] and sizes[-1] + nbytes > bucket_limit:
                 buckets.append([])

@@ -12,9 +12,9 @@ Bare: engine.generate on token-id prompts, in this process. Actor: ray.get(worke
 on a RolloutWorker actor holding the same engine, which adds prompt encoding (chat template),
 Sample records, response decoding and the Ray round trip. Both use the same thread count, the
 same sampling (n, temperature 1, the worker's seed) and are timed after one warm-up call; the
-number is the median of --repeats calls. Weight sync: engine.update_weights with the fp32 numpy
-arrays the Learner sends (bare), and put-once + worker.update_weights through Ray (actor, end to
-end, including the object-store read).
+number is the median of --repeats calls. Weight sync: engine.update_weights with the tensors of
+the WeightPayload the Learner sends (bare), and put-once + worker.update_weights through Ray
+(actor, end to end, including the object-store read).
 """
 from __future__ import annotations
 
@@ -77,11 +77,12 @@ def make_cfg(engine: str, model_path: str, dtype: str, a, cuda: bool):
                                         engine_kwargs=kwargs))
 
 
-def weights_of(model_path: str, dtype: str) -> dict:
-    from actors.learner import to_numpy
+def weights_of(model_path: str, dtype: str):
+    """The WeightPayload the Learner puts in the object store."""
+    from actors.weights import WeightPayload
     from relay.models.loading import load_model
 
-    return {k: to_numpy(v) for k, v in load_model(model_path, dtype).state_dict().items()}
+    return WeightPayload.of(load_model(model_path, dtype).state_dict())
 
 
 def median_time(fn, repeats: int) -> tuple[float, object]:
@@ -94,7 +95,7 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
-def bench_bare(cfg, model_path: str, rows, a, threads: int, weights: dict) -> dict:
+def bench_bare(cfg, model_path: str, rows, a, threads: int, weights) -> dict:
     import torch
 
     from actors.rollout import RolloutWorker
@@ -110,13 +111,13 @@ def bench_bare(cfg, model_path: str, rows, a, threads: int, weights: dict) -> di
     sampling = RolloutWorker.sampling(worker, step=0)
     seconds, groups = median_time(lambda: engine.generate(prompts, sampling), a.repeats)
     tokens = sum(len(c.token_ids) for g in groups for c in g)
-    sync_s, _ = median_time(lambda: engine.update_weights(weights, 1), a.repeats)
+    sync_s, _ = median_time(lambda: engine.update_weights(weights.tensors(), 1), a.repeats)
     if hasattr(engine, "shutdown"):
         engine.shutdown()
     return {"tokens": tokens, "seconds": seconds, "start_s": start_s, "sync_s": sync_s}
 
 
-def bench_actor(cfg, model_path: str, rows, a, threads: int, weights: dict, cuda: bool) -> dict:
+def bench_actor(cfg, model_path: str, rows, a, threads: int, weights, cuda: bool) -> dict:
     import ray
 
     from actors.rollout import RolloutWorker

@@ -4,7 +4,7 @@
 
 Real actors (actors/pools.py): one Learner, N RolloutWorkers, the transport chosen by
 resources.weight_sync. One sync = actors/weights.py:sync_weights, end to end as the driver calls
-it: object store = learner.get_weights (state dict -> numpy, fp32 for bf16) + put + every worker
+it: object store = learner.get_weights (state dict -> numpy, tied weights once) + put + every worker
 reads and loads; broadcast = the learner packs byte buckets and broadcasts them (gloo on CPU,
 NCCL between whole GPUs), every worker unpacks and loads. Median of --repeats after one warm-up.
 "qwen05b" is a Qwen2.5-0.5B-shaped random model in bf16 (494M parameters, tied embeddings).
@@ -35,7 +35,7 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
                  resources=ResourcesConfig(rollout=RoleResources(count=workers, cpus=1, gpus=gpus),
                                            learner=RoleResources(cpus=1, gpus=gpus), weight_sync=transport))
     with actor_pools(cfg, model_path, f"bench-{transport}-{workers}") as actors:
-        state_bytes = sum(v.nbytes for v in ray.get(actors.learner.get_weights.remote()).values())
+        state_bytes = ray.get(actors.learner.get_weights.remote()).nbytes
         sync_weights(actors, version=1)  # warm-up (first broadcast also opens connections)
         times = []
         for version in range(2, 2 + repeats):
@@ -73,8 +73,7 @@ def main() -> None:
     print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}")
     for workers, transport, backend, r in rows:
         print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}")
-    print("state MB: the learner's state dict as sent through the object store (numpy; bf16 goes as fp32). "
-          "broadcast sends the raw dtype bytes, tied weights once.")
+    print("state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once)")
     ray.shutdown()
 
 

@@ -1,4 +1,5 @@
-"""The broadcast weight-sync group (actors/weights.py) with the gloo backend, in plain processes."""
+"""Weight-sync encodings (actors/weights.py): the object-store payload, and the broadcast group
+with the gloo backend in plain processes."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -61,3 +62,18 @@ def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
             assert received.keys() == sent.keys()
             for name, t in sent.items():
                 assert received[name].dtype == t.dtype and torch.equal(received[name], t), name
+
+
+def test_object_store_payload_round_trips_every_dtype_and_keeps_ties():
+    import pickle
+
+    from actors.weights import WeightPayload
+
+    sd = state_dict(3)
+    payload = pickle.loads(pickle.dumps(WeightPayload.of(sd)))  # as the object store carries it
+    assert set(payload.arrays) == set(sd) - {"lm_head.weight"} and payload.bf16 == {"norm.weight"}
+    assert payload.nbytes == sum(t.numel() * t.element_size() for name, t in sd.items() if name != "lm_head.weight")
+    got = payload.tensors()
+    assert got.keys() == sd.keys()
+    assert all(got[k].dtype == t.dtype and torch.equal(got[k], t) for k, t in sd.items())
+    assert got["lm_head.weight"] is got["embed.weight"]
