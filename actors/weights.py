@@ -156,6 +156,8 @@ class WeightGroup:
             for s in slots:
                 out[s.name] = buffer[s.offset:s.offset + s.nbytes].view(s.dtype).view(s.shape)
         out.update({alias: out[name] for alias, name in plan.aliases.items()})
+        if self.device.type == "cuda":  # NCCL work is only queued; engines may read from another process (IPC)
+            torch.cuda.current_stream(self.device).synchronize()
         return out
 
 
