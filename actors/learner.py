@@ -6,13 +6,14 @@ import time
 import numpy as np
 import torch
 
-from actors.weights import WeightPayload, WeightSender
+from actors.weights import WeightSender
 from relay.algos import aggregate, kl_penalty, masked_mean, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
 from relay.models.loading import actor_device, load_model
 from relay.policy import response_logprobs
 from relay.types import Batch
+from relay.weight_transfer import WeightPayload
 
 
 class Reference:

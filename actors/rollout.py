@@ -13,7 +13,7 @@ from typing import Any
 import ray
 import torch
 
-from actors.weights import WeightPayload, WeightReceiver
+from actors.weights import WeightReceiver
 from relay.agent import AgentLimits, AgentLoop, episode_metrics
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
@@ -22,6 +22,7 @@ from relay.engines.base import SamplingParams
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
+from relay.weight_transfer import WeightPayload
 
 
 class RolloutWorker(WeightReceiver):

@@ -1,4 +1,4 @@
-"""Weight-sync encodings (actors/weights.py): the object-store payload, and the broadcast group
+"""Weight-sync encodings (relay/weight_transfer.py): the object-store payload, and the broadcast group
 with the gloo backend in plain processes."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import multiprocessing as mp
 
 import torch
 
-from actors.weights import BroadcastPlan, WeightGroup, listen
+from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
 
 def state_dict(seed: int) -> dict[str, torch.Tensor]:
@@ -35,7 +35,7 @@ def test_plan_buckets_align_and_dedupe_tied_weights():
 
 
 def _receiver(rank: int, world: int, port: int, plan, queue) -> None:
-    group = WeightGroup("127.0.0.1", port, rank, world, "gloo", tag="test")
+    group = WeightGroup("127.0.0.1", port, rank, world, "gloo", tag="test", local_host="127.0.0.1")
     for _ in range(2):
         queue.put((rank, {k: v.clone() for k, v in group.receive(plan).items()}))
 
@@ -50,7 +50,7 @@ def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
     procs = [ctx.Process(target=_receiver, args=(rank, 3, port, plan, queue)) for rank in (1, 2)]
     for p in procs:
         p.start()
-    group = WeightGroup("127.0.0.1", port, 0, 3, "gloo", tag="test", listen_socket=sock)
+    group = WeightGroup("127.0.0.1", port, 0, 3, "gloo", tag="test", local_host="127.0.0.1", listen_socket=sock)
     group.send(first, plan)
     group.send(second, plan)  # a second round through the same group
     got = [queue.get(timeout=120) for _ in range(4)]
@@ -66,8 +66,6 @@ def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
 
 def test_object_store_payload_round_trips_every_dtype_and_keeps_ties():
     import pickle
-
-    from actors.weights import WeightPayload
 
     sd = state_dict(3)
     payload = pickle.loads(pickle.dumps(WeightPayload.of(sd)))  # as the object store carries it

@@ -1,0 +1,160 @@
+"""Moving a state dict from one process to many: the encodings behind actors/weights.py.
+
+WeightPayload  numpy arrays for Ray's object store (read zero-copy by every worker); bf16, which
+               numpy lacks, as its raw 16-bit pattern; tied weights once.
+BroadcastPlan  where each tensor lies in a few byte buckets, so any dtypes travel through one
+WeightGroup    collective call per bucket: a torch ProcessGroup (NCCL or gloo) built directly on a
+               TCPStore, not through `torch.distributed.init_process_group`, so no default group is
+               taken (a learner keeps it for its own data parallelism) and a process may hold several.
+"""
+from __future__ import annotations
+
+import datetime
+import socket
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+# A broadcast waits this long for a missing member before raising (a dead worker must not hang the run).
+TIMEOUT = datetime.timedelta(minutes=10)
+BUCKET_BYTES = 256 << 20  # bytes per collective call: bounds the extra memory on both sides
+ALIGN = 16  # every tensor starts at a multiple of this in its bucket, so dtype views are legal
+
+
+def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(the state dict without repeats, {repeated name: the name kept}). Tied weights are one
+    storage under several names (lm_head.weight and embed_tokens.weight): sent once."""
+    unique, aliases, first_name = {}, {}, {}
+    for name, t in state_dict.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
+        if key in first_name:
+            aliases[name] = first_name[key]
+        else:
+            first_name[key] = name
+            unique[name] = t
+    return unique, aliases
+
+
+@dataclass(frozen=True)
+class WeightPayload:
+    """The learner's state dict as the object store carries it: numpy arrays, which Ray hands to
+    every reader zero-copy (FINDINGS.md); bf16, which numpy lacks, as its raw 16-bit pattern."""
+    arrays: dict[str, np.ndarray]
+    bf16: frozenset[str]
+    aliases: dict[str, str]
+
+    @classmethod
+    def of(cls, state_dict: dict[str, torch.Tensor]) -> "WeightPayload":
+        unique, aliases = unique_tensors(state_dict)
+        bf16 = frozenset(name for name, t in unique.items() if t.dtype == torch.bfloat16)
+        arrays = {name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy() for name, t in unique.items()}
+        return cls(arrays, bf16, aliases)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        with warnings.catch_warnings():  # arrays from the object store are read-only; engines only read them
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            out = {name: torch.from_numpy(a) for name, a in self.arrays.items()}
+        out = {name: t.view(torch.bfloat16) if name in self.bf16 else t for name, t in out.items()}
+        return out | {alias: out[name] for alias, name in self.aliases.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int  # bytes into its bucket
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class BroadcastPlan:
+    """Where every tensor of the state dict lies in the byte buckets. Tied weights (one storage
+    under several names) travel once; `aliases` maps each extra name to the one that travels."""
+    buckets: tuple[tuple[TensorSlot, ...], ...]
+    bucket_bytes: tuple[int, ...]
+    aliases: dict[str, str]
+
+    @classmethod
+    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> "BroadcastPlan":
+        unique, aliases = unique_tensors(state_dict)
+        buckets, sizes = [[]], [0]
+        for name, t in unique.items():
+            nbytes = t.numel() * t.element_size()
+            if sizes[-1] and sizes[-1] + nbytes > bucket_limit:
+                buckets.append([])
+                sizes.append(0)
+            buckets[-1].append(TensorSlot(name, t.dtype, tuple(t.shape), sizes[-1], nbytes))
+            sizes[-1] += -(-nbytes // ALIGN) * ALIGN
+        return cls(tuple(map(tuple, buckets)), tuple(sizes), aliases)
+
+
+class WeightGroup:
+    """One member of a broadcast group (rank 0 sends, the others receive)."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
+                 local_host: str, listen_socket: socket.socket | None = None):
+        """host:port is rank 0's store (rank 0 passes the socket it bound there); local_host is
+        this member's own address, where gloo listens for its peers."""
+        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        if rank == 0:  # the store serves on the socket we bound, so it listens where we chose
+            store = dist.TCPStore(host, port, world_size, is_master=True, timeout=TIMEOUT,
+                                  master_listen_fd=listen_socket.fileno(), wait_for_workers=False, use_libuv=True)
+        else:
+            store = dist.TCPStore(host, port, world_size, is_master=False, timeout=TIMEOUT)
+        self._store = store  # rank 0's store must outlive the group
+        store = dist.PrefixStore(f"relay-weights/{tag}", store)
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = TIMEOUT
+            self.group = dist.ProcessGroupNCCL(store, rank, world_size, options)
+        else:
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = TIMEOUT
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=local_host)]
+            self.group = dist.ProcessGroupGloo(store, rank, world_size, options)
+
+    def _broadcast(self, buffer: torch.Tensor) -> None:
+        options = dist.BroadcastOptions()
+        options.rootRank, options.rootTensor, options.timeout = 0, 0, TIMEOUT
+        self.group.broadcast([buffer], options).wait()
+
+    @torch.no_grad()
+    def send(self, state_dict: dict[str, torch.Tensor], plan: BroadcastPlan) -> None:
+        for slots, size in zip(plan.buckets, plan.bucket_bytes):
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            for s in slots:
+                t = state_dict[s.name]
+                if t.dtype != s.dtype or tuple(t.shape) != s.shape:
+                    raise ValueError(f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}")
+                buffer[s.offset:s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+            self._broadcast(buffer)
+
+    @torch.no_grad()
+    def receive(self, plan: BroadcastPlan) -> dict[str, torch.Tensor]:
+        """The state dict as views into the received buckets (tied names share one tensor)."""
+        out = {}
+        for slots, size in zip(plan.buckets, plan.bucket_bytes):
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self._broadcast(buffer)
+            for s in slots:
+                out[s.name] = buffer[s.offset:s.offset + s.nbytes].view(s.dtype).view(s.shape)
+        out.update({alias: out[name] for alias, name in plan.aliases.items()})
+        if self.device.type == "cuda":  # NCCL work is only queued; engines may read from another process (IPC)
+            torch.cuda.current_stream(self.device).synchronize()
+        return out
+
+
+def listen(host: str) -> socket.socket:
+    """A socket bound to `host` on a free port, for rank 0's store."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((host, 0))
+    sock.listen(128)
+    return sock
