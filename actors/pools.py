@@ -166,7 +166,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if cfg.critic.enabled:
             actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
         sleep = cfg.rollout.sleep_while_training
-        actors.rollout_sleeps = 0 < res.rollout.gpus < 1 if sleep is None else sleep
+        colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
+        actors.rollout_sleeps = colocated if sleep is None else sleep
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True

@@ -74,7 +74,7 @@ class RolloutConfig:
     max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
     # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
     # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
-    # None: on when the rollout workers hold a fraction of a GPU (colocated with other roles).
+    # None: on when the rollout workers and the learner each hold a fraction of a GPU (colocated).
     sleep_while_training: bool | None = None
 
 
