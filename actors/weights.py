@@ -52,10 +52,13 @@ class WeightReceiver(NodeAware):
         self._weight_group, self._weight_plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
 
     def receive_weights(self, version: int) -> float:
-        """Receive, then load in place; returns the load's seconds."""
-        weights = self._weight_group.receive(self._weight_plan)
+        """Load the broadcast into the engine as it arrives; returns the seconds it took."""
         start = time.perf_counter()
-        self.engine.update_weights(weights, version)
+        weights = self._weight_group.receive(self._weight_plan)
+        try:
+            self.engine.update_weights(weights, version)
+        finally:
+            weights.drain()  # an engine that stopped early (an error) must not leave the learner waiting
         return time.perf_counter() - start
 
 

@@ -36,6 +36,7 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
                                            learner=RoleResources(cpus=1, gpus=gpus), weight_sync=transport))
     with actor_pools(cfg, model_path, f"bench-{transport}-{workers}") as actors:
         state_bytes = ray.get(actors.learner.get_weights.remote()).nbytes
+        peak_before = max(ray.get([w.peak_memory_mb.remote() for w in actors.rollout]))
         sync_weights(actors, version=1)  # warm-up (first broadcast also opens connections)
         times = []
         for version in range(2, 2 + repeats):
@@ -44,7 +45,8 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
             times.append(time.perf_counter() - t0)
         versions = ray.get([w.weight_version.remote() for w in actors.rollout])
         assert versions == [1 + repeats] * workers, versions
-    return {"seconds": statistics.median(times), "object_store_bytes": state_bytes}
+        peak_growth = max(ray.get([w.peak_memory_mb.remote() for w in actors.rollout])) - peak_before
+    return {"seconds": statistics.median(times), "object_store_bytes": state_bytes, "peak_growth_mb": peak_growth}
 
 
 def main() -> None:
@@ -70,10 +72,12 @@ def main() -> None:
             rows.append((workers, transport, "nccl" if gpus and transport == "broadcast" else ("gloo" if transport == "broadcast" else "-"), r))
     device = f"{cuda} GPU(s): {torch.cuda.get_device_name()}" if cuda else f"CPU, {os.cpu_count()} cores"
     print(f"\nweight sync: model={a.model} ({dtype}), engine={a.engine}, median of {a.repeats}; {device}")
-    print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}")
+    print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}{'worker peak +MB':>16}")
     for workers, transport, backend, r in rows:
-        print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}")
-    print("state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once)")
+        print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}"
+              f"{r['peak_growth_mb']:>16.0f}")
+    print("state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once); "
+          "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory")
     ray.shutdown()
 
 

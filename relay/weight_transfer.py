@@ -137,19 +137,47 @@ class WeightGroup:
                 buffer[s.offset:s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
             self._broadcast(buffer)
 
+    def receive(self, plan: BroadcastPlan) -> "ReceivedWeights":
+        return ReceivedWeights(self, plan)
+
+
+class ReceivedWeights:
+    """One broadcast as a one-pass stream of (name, tensor): each bucket is received when the
+    previous one has been read, and its tensors are views into it, so a worker holds one bucket
+    rather than a second copy of the model. Tied names follow the tensor they share.
+    `drain()` receives whatever was not read: every member must take part in every bucket."""
+
+    def __init__(self, group: WeightGroup, plan: BroadcastPlan):
+        self.group, self.plan = group, plan
+        self.max_tensor_bytes = max((s.nbytes for slots in plan.buckets for s in slots), default=0)
+        self._next_bucket = 0
+
     @torch.no_grad()
-    def receive(self, plan: BroadcastPlan) -> dict[str, torch.Tensor]:
-        """The state dict as views into the received buckets (tied names share one tensor)."""
-        out = {}
-        for slots, size in zip(plan.buckets, plan.bucket_bytes):
-            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-            self._broadcast(buffer)
+    def __iter__(self):
+        if self._next_bucket:
+            raise RuntimeError("a ReceivedWeights stream can be read once")
+        aliases_of: dict[str, list[str]] = {}
+        for alias, name in self.plan.aliases.items():
+            aliases_of.setdefault(name, []).append(alias)
+        for slots in self.plan.buckets:
+            buffer = self._receive_next()
             for s in slots:
-                out[s.name] = buffer[s.offset:s.offset + s.nbytes].view(s.dtype).view(s.shape)
-        out.update({alias: out[name] for alias, name in plan.aliases.items()})
-        if self.device.type == "cuda":  # NCCL work is only queued; engines may read from another process (IPC)
-            torch.cuda.current_stream(self.device).synchronize()
-        return out
+                t = buffer[s.offset:s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                yield s.name, t
+                for alias in aliases_of.get(s.name, ()):
+                    yield alias, t
+
+    def _receive_next(self) -> torch.Tensor:
+        buffer = torch.empty(self.plan.bucket_bytes[self._next_bucket], dtype=torch.uint8, device=self.group.device)
+        self._next_bucket += 1
+        self.group._broadcast(buffer)
+        if buffer.is_cuda:  # NCCL work is only queued; an engine may read it from another process (IPC)
+            torch.cuda.current_stream(buffer.device).synchronize()
+        return buffer
+
+    def drain(self) -> None:
+        while self._next_bucket < len(self.plan.buckets):
+            self._receive_next()
 
 
 def listen(host: str) -> socket.socket:

@@ -1,8 +1,26 @@
 """The Engine protocol: token ids in, token ids and logprobs out; weights updated in place."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+# New weights for Engine.update_weights: HF parameter name -> tensor (or numpy array), either as a
+# mapping or as a one-pass stream of (name, tensor) pairs. A stream (the broadcast receiver's,
+# relay.weight_transfer.ReceivedWeights) holds one bucket at a time: engines copy each tensor
+# before asking for the next, so a worker never needs a second full copy of the model.
+Weights = Mapping[str, Any] | Iterable[tuple[str, Any]]
+
+
+def named_items(weights: Weights) -> Iterator[tuple[str, Any]]:
+    return iter(weights.items()) if isinstance(weights, Mapping) else iter(weights)
+
+
+def max_tensor_bytes(weights: Weights) -> int | None:
+    """The largest tensor's size in bytes where it is known without consuming a stream."""
+    if isinstance(weights, Mapping):
+        return max((v.nbytes for v in weights.values()), default=0)  # numpy arrays and tensors alike
+    return getattr(weights, "max_tensor_bytes", None)
 
 
 @dataclass(frozen=True)
@@ -33,8 +51,8 @@ class Engine(Protocol):
         """One list of `sampling.n` completions per prompt, in prompt order."""
         ...
 
-    def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
-        """Load new policy weights (HF parameter names -> tensors or numpy arrays)."""
+    def update_weights(self, weights: Weights, version: int) -> None:
+        """Load new policy weights in place (HF parameter names -> tensors or numpy arrays)."""
         ...
 
     @property

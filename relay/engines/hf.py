@@ -7,10 +7,11 @@ floating-point noise.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams
+from relay.engines.base import Completion, SamplingParams, Weights, named_items
 from relay.models.loading import actor_device, load_model, load_tokenizer
 
 GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
@@ -73,8 +74,8 @@ class HFEngine:
                     return Completion(tokens[:t + 1], logprobs[:t + 1], "stop")
         return Completion(tokens, logprobs, "length")
 
-    def update_weights(self, named_tensors: dict, version: int) -> None:
-        load_named_tensors(self.model, named_tensors)
+    def update_weights(self, weights: Weights, version: int) -> None:
+        load_named_tensors(self.model, weights)
         self._version = version
 
     def sleep(self) -> None:  # the HF engine keeps no KV cache between calls
@@ -85,14 +86,16 @@ class HFEngine:
 
 
 @torch.no_grad()
-def load_named_tensors(model: torch.nn.Module, named_tensors: dict) -> None:
-    """Copy tensors (or read-only numpy arrays from the object store) into the model in place."""
+def load_named_tensors(model: torch.nn.Module, weights: Weights) -> None:
+    """Copy tensors (or read-only numpy arrays from the object store) into the model in place,
+    one at a time as they come (a stream is read once)."""
     params = model.state_dict()  # shares storage with the parameters; tied weights appear under both names
-    missing = [name for name in named_tensors if name not in params]
-    if missing:
-        raise KeyError(f"weights for unknown parameters: {missing[:5]}")
+    if isinstance(weights, Mapping) and (missing := [name for name in weights if name not in params]):
+        raise KeyError(f"weights for unknown parameters: {missing[:5]}")  # before anything changes
     with warnings.catch_warnings():
         # Arrays from the object store are read-only views; we only read them to copy.
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        for name, value in named_tensors.items():
+        for name, value in named_items(weights):
+            if name not in params:
+                raise KeyError(f"weights for an unknown parameter: {name}")
             params[name].copy_(torch.as_tensor(value))

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams
+from relay.engines.base import Completion, SamplingParams, Weights, named_items
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[sglang]' (needs a CUDA GPU)"
@@ -93,26 +93,34 @@ class SGLangEngine:
             params["sampling_seed"] = (s.seed + index) % 2**63
         return params
 
-    def update_weights(self, named_tensors: dict, version: int) -> None:
+    def update_weights(self, weights: Weights, version: int) -> None:
         if self._asleep:
             self.wake()
-        names = list(named_tensors)
+        # A full bucket waits until the next tensor arrives, so the one sent last is never empty;
+        # it carries flush_cache=True (the KV cache was computed by the old weights).
         bucket: list[tuple[str, torch.Tensor]] = []
+        pending: list[list[tuple[str, torch.Tensor]]] = []
         size = 0
-        for i, name in enumerate(names):
-            t = as_tensor(named_tensors[name]).to("cuda", self.dtype, non_blocking=True)
+        for name, value in named_items(weights):
+            t = as_tensor(value).to("cuda", self.dtype, non_blocking=True)
             bucket.append((name, t))
             size += t.numel() * t.element_size()
-            last = i == len(names) - 1
-            if size >= BUCKET_BYTES or last:
-                torch.cuda.synchronize()
-                result = self.engine.update_weights_from_tensor(bucket, flush_cache=last)
-                ok, message = (result[0], result[1]) if isinstance(result, tuple) else (True, "")
-                if not ok:
-                    raise RuntimeError(f"sglang update_weights_from_tensor failed: {message}")
-                bucket, size = [], 0
+            if size >= BUCKET_BYTES:
+                for full in pending:
+                    self._send_bucket(full, flush_cache=False)
+                pending, bucket, size = [bucket], [], 0
+        chunks = pending + ([bucket] if bucket else [])
+        for i, chunk in enumerate(chunks):
+            self._send_bucket(chunk, flush_cache=i == len(chunks) - 1)
         torch.cuda.empty_cache()
         self._version = version
+
+    def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]], flush_cache: bool) -> None:
+        torch.cuda.synchronize()
+        result = self.engine.update_weights_from_tensor(bucket, flush_cache=flush_cache)
+        ok, message = (result[0], result[1]) if isinstance(result, tuple) else (True, "")
+        if not ok:
+            raise RuntimeError(f"sglang update_weights_from_tensor failed: {message}")
 
     def sleep(self) -> None:
         if self.memory_saver and not self._asleep:

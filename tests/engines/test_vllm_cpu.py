@@ -180,8 +180,9 @@ def test_weight_update_serves_new_weights(engine, prompts, tokenizer, model_path
     assert diff_new < TOL
     assert diff_old > 0.05  # the engine is not serving the old weights
 
-    # And back: a second reload restores the original model exactly (prefix cache reset too).
-    engine.update_weights({k: v.detach().numpy() for k, v in old_model.state_dict().items()}, version=2)
+    # And back: a second reload restores the original model exactly (prefix cache reset too); the
+    # weights come as a one-pass stream of pairs this time, the broadcast receiver's form.
+    engine.update_weights(((k, v.detach().clone()) for k, v in old_model.state_dict().items()), version=2)
     restored = engine.generate(prompts, greedy)
     assert [g[0].token_ids for g in restored] == [g[0].token_ids for g in before]
     diff_restored = max_logprob_diff(old_model, prompts, restored, 1.0, pad)

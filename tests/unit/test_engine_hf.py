@@ -110,6 +110,12 @@ def test_weight_update_serves_new_weights(model_path, prompts, learner):
     assert max_logprob_diff(new_model, prompts, after, 1.0, pad) < TOL
     assert max_logprob_diff(learner, prompts, after, 1.0, pad) > 0.05
 
+    # The same weights as a one-pass stream of pairs (what the broadcast receiver hands over).
+    engine.update_weights(((k, v.clone()) for k, v in learner.state_dict().items()), version=4)
+    assert max_logprob_diff(learner, prompts, engine.generate(prompts, greedy), 1.0, pad) < TOL
+    with pytest.raises(KeyError, match="model.no_such.weight"):
+        engine.update_weights(iter([("model.no_such.weight", torch.zeros(1))]), version=5)
+
 
 def test_sleep_wake_are_harmless(engine, prompts):
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=4)
