@@ -77,7 +77,9 @@ def main() -> None:
         print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}"
               f"{r['peak_growth_mb']:>16.0f}")
     print("state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once); "
-          "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory")
+          "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory (the first write\n"
+          "into mmapped weights included; object store: also the pages of Ray's shared-memory store it read, "
+          "shared with other processes)")
     ray.shutdown()
 
 
