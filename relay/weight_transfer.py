@@ -1,11 +1,16 @@
 """Moving a state dict from one process to many: the encodings behind actors/weights.py.
 
-WeightPayload  numpy arrays for Ray's object store (read zero-copy by every worker); bf16, which
-               numpy lacks, as its raw 16-bit pattern; tied weights once.
-BroadcastPlan  where each tensor lies in a few byte buckets, so any dtypes travel through one
-WeightGroup    collective call per bucket: a torch ProcessGroup (NCCL or gloo) built directly on a
-               TCPStore, not through `torch.distributed.init_process_group`, so no default group is
-               taken (a learner keeps it for its own data parallelism) and a process may hold several.
+WeightPayload    numpy arrays for Ray's object store (read zero-copy by every worker); bf16, which
+                 numpy lacks, as its raw 16-bit pattern; tied weights once.
+BroadcastPlan    where each tensor lies in a few byte buckets: tensors of any dtype travel in one
+                 collective call per bucket; tied weights once.
+WeightGroup      that collective: a torch ProcessGroup (NCCL or gloo) built directly on a TCPStore,
+                 not through `torch.distributed.init_process_group`. No default group is taken: a
+                 learner keeps it for its own data parallelism, a process may hold several groups,
+                 and vLLM's IPC weight sender (which all-gathers over the default group when one
+                 exists) keeps working inside a rollout worker.
+ReceivedWeights  one broadcast as a receiver reads it: a one-pass stream of (name, tensor), one
+                 bucket held at a time.
 """
 from __future__ import annotations
 
