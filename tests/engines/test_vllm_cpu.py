@@ -15,8 +15,7 @@ from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
 from relay.models.tiny import TinySpec, encode_chat, tiny_model_path  # noqa: E402
-from relay.policy import response_logprobs  # noqa: E402
-from relay.types import Batch, Sample  # noqa: E402
+from tests.engine_checks import max_logprob_diff  # noqa: E402
 
 TOL = 1e-3  # fp32 engine vs fp32 learner; FINDINGS.md measured about 1e-6
 
@@ -52,17 +51,6 @@ def learner(model_path):
 @pytest.fixture(scope="module")
 def prompts(tokenizer):
     return [encode_chat(tokenizer, row["prompt"]) for row in make_rows(6, seed=7, digits=2)]
-
-
-def max_logprob_diff(model, prompts, groups, temperature: float, pad_id: int) -> float:
-    """Largest |engine logprob - learner logprob| over every generated token."""
-    samples = [Sample(prompt_ids=p, response_ids=c.token_ids, rollout_logprobs=c.logprobs, loss_mask=[1] * len(c.token_ids))
-               for p, group in zip(prompts, groups) for c in group]
-    batch = Batch.from_samples(samples, pad_id)
-    with torch.no_grad():
-        learner, _ = response_logprobs(model, batch, temperature)
-    mask = batch.loss_mask.bool()
-    return (learner - batch.rollout_logprobs)[mask].abs().max().item()
 
 
 def check_shapes(groups, prompts, sampling: SamplingParams, eos_id: int) -> None:

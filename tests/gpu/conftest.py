@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.engine_checks import logprob_diff
+
 
 def pytest_collection_modifyitems(config, items):
     here = __file__.rsplit("/", 1)[0]
@@ -85,20 +87,7 @@ def gpu_learner(qwen05b_path):
 class Contract:
     """Engine contract checks shared by the vLLM-CUDA and SGLang tests."""
 
-    @staticmethod
-    def logprob_diff(model, prompts, groups, temperature: float, pad_id: int) -> tuple[float, float]:
-        """(max, mean) |engine logprob - learner logprob| over every generated token."""
-        from relay.policy import response_logprobs
-        from relay.types import Batch, Sample
-
-        samples = [Sample(prompt_ids=p, response_ids=c.token_ids, rollout_logprobs=c.logprobs, loss_mask=[1] * len(c.token_ids))
-                   for p, group in zip(prompts, groups) for c in group]
-        batch = Batch.from_samples(samples, pad_id)
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            learner, _ = response_logprobs(model, _to(batch, device), temperature)
-        diff = (learner.cpu() - batch.rollout_logprobs)[batch.loss_mask.bool()].abs()
-        return diff.max().item(), diff.mean().item()
+    logprob_diff = staticmethod(logprob_diff)  # (max, mean) |engine - learner| logprob
 
     @staticmethod
     def check_generation(engine, prompts) -> None:
@@ -153,13 +142,6 @@ class Contract:
             array.flags.writeable = False
             state[name] = array
         return new.eval(), state
-
-
-def _to(batch, device):
-    import dataclasses
-
-    return dataclasses.replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)
-                                         if isinstance(getattr(batch, f.name), torch.Tensor)})
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,7 @@ from relay.engines.hf import HFEngine
 from relay.envs.arithmetic import make_rows
 from relay.models.loading import load_model
 from relay.models.tiny import TinySpec, encode_chat, tiny_model_path
-from relay.policy import response_logprobs
-from relay.types import Batch, Sample
+from tests.engine_checks import max_logprob_diff
 
 TOL = 1e-3
 
@@ -35,15 +34,6 @@ def learner(model_path):
 @pytest.fixture(scope="module")
 def prompts(engine):
     return [encode_chat(engine.tokenizer, row["prompt"]) for row in make_rows(6, seed=7, digits=2)]
-
-
-def max_logprob_diff(model, prompts, groups, temperature: float, pad_id: int) -> float:
-    samples = [Sample(prompt_ids=p, response_ids=c.token_ids, rollout_logprobs=c.logprobs, loss_mask=[1] * len(c.token_ids))
-               for p, group in zip(prompts, groups) for c in group]
-    batch = Batch.from_samples(samples, pad_id)
-    with torch.no_grad():
-        learner, _ = response_logprobs(model, batch, temperature)
-    return (learner - batch.rollout_logprobs)[batch.loss_mask.bool()].abs().max().item()
 
 
 def test_n_samples_shapes_and_finish_reasons(engine, prompts):
