@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import datetime
 import socket
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from relay.engines.base import as_tensor
 
 # A broadcast waits this long for a missing member before raising (a dead worker must not hang the run).
 TIMEOUT = datetime.timedelta(minutes=10)
@@ -59,9 +60,7 @@ class WeightPayload:
         return cls(arrays, bf16, aliases)
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        with warnings.catch_warnings():  # arrays from the object store are read-only; engines only read them
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            out = {name: torch.from_numpy(a) for name, a in self.arrays.items()}
+        out = {name: as_tensor(a) for name, a in self.arrays.items()}  # zero-copy views
         out = {name: t.view(torch.bfloat16) if name in self.bf16 else t for name, t in out.items()}
         return out | {alias: out[name] for alias, name in self.aliases.items()}
 

@@ -6,12 +6,11 @@ floating-point noise.
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams, Weights, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, named_items
 from relay.models.loading import actor_device, load_model, load_tokenizer
 
 GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
@@ -92,10 +91,7 @@ def load_named_tensors(model: torch.nn.Module, weights: Weights) -> None:
     params = model.state_dict()  # shares storage with the parameters; tied weights appear under both names
     if isinstance(weights, Mapping) and (missing := [name for name in weights if name not in params]):
         raise KeyError(f"weights for unknown parameters: {missing[:5]}")  # before anything changes
-    with warnings.catch_warnings():
-        # Arrays from the object store are read-only views; we only read them to copy.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        for name, value in named_items(weights):
-            if name not in params:
-                raise KeyError(f"weights for an unknown parameter: {name}")
-            params[name].copy_(torch.as_tensor(value))
+    for name, value in named_items(weights):
+        if name not in params:
+            raise KeyError(f"weights for an unknown parameter: {name}")
+        params[name].copy_(as_tensor(value))

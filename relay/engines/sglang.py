@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams, Weights, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, named_items
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[sglang]' (needs a CUDA GPU)"
@@ -147,9 +147,3 @@ def to_completion(output: dict) -> Completion:
     if kind not in ("stop", "length"):
         raise RuntimeError(f"sglang finished a request with {reason!r}")
     return Completion(token_ids, logprobs, kind)
-
-
-def as_tensor(value) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(value)

