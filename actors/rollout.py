@@ -22,7 +22,6 @@ from relay.engines.base import SamplingParams
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
-from relay.weight_transfer import WeightPayload
 
 
 class RolloutWorker(WeightReceiver):
@@ -118,11 +117,6 @@ class RolloutWorker(WeightReceiver):
         seconds = time.perf_counter() - start
         tokens = sum(len(s.response_ids) for s in samples)
         return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
-
-    def update_weights(self, weights: WeightPayload, version: int) -> float:
-        start = time.perf_counter()
-        self.engine.update_weights(weights.tensors(), version)
-        return time.perf_counter() - start
 
     def sleep(self) -> None:
         self.engine.sleep()

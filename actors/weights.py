@@ -17,7 +17,7 @@ import time
 
 import ray
 
-from relay.weight_transfer import BroadcastPlan, WeightGroup, listen
+from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
 # -- actor side: mixed into Learner (sender) and RolloutWorker (receiver) --------------------
 
@@ -44,7 +44,14 @@ class WeightSender(NodeAware):
 
 
 class WeightReceiver(NodeAware):
-    """Needs `self.engine`. Rank i + 1 of the broadcast group for rollout worker i."""
+    """Needs `self.engine`. Object store: update_weights; broadcast: rank i + 1 of the group for
+    rollout worker i."""
+
+    def update_weights(self, weights: WeightPayload, version: int) -> float:
+        """Load the payload the learner put in the object store; returns the seconds it took."""
+        start = time.perf_counter()
+        self.engine.update_weights(weights.tensors(), version)
+        return time.perf_counter() - start
 
     def join_weight_group(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
                           plan: BroadcastPlan) -> None:
