@@ -5,6 +5,9 @@ prompts -> rollout -> rewards -> reference logprobs -> advantages -> update -> w
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the imports below take seconds; the first line should not wait for them
+    print("relay: starting (importing torch, transformers, ray) ...", flush=True)
+
 import argparse
 import random
 import sys
@@ -20,7 +23,8 @@ from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, re
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator
 from relay.loggers import make_loggers
-from relay.run import PhaseTimer, model_path, run_folder, split, summarize, task_rows
+from relay.progress import phase
+from relay.run import PhaseTimer, resolve_model_path, run_folder, split, summarize, task_rows
 from relay.types import Batch
 
 
@@ -126,7 +130,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
     run_dir = run_folder(cfg, resume)
     save_resolved(cfg, run_dir / "config.yaml")
-    path = model_path(cfg)  # the tiny model is built here, offline, on first use
+    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
     train_rows, eval_rows = task_rows(cfg)
     start_step, state, groups = 0, {"rewards": [], "accuracy_before": None}, None
     if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
@@ -138,7 +142,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         restore_rng(state["rng"])
     else:
         random.seed(cfg.run.seed)
-    connect(cfg)
+    with phase("starting Ray"):
+        connect(cfg)
     kl_ctl = make_kl_controller(cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon)
     if "kl_ctl" in state:
         kl_ctl.load_state_dict(state["kl_ctl"])
@@ -150,7 +155,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 ray.get(actors.critic.load_state.remote(groups, state["critic"]))
         sync_weights(actors, version=start_step)
         if state["accuracy_before"] is None:
-            state["accuracy_before"] = evaluate(actors, eval_rows)
+            with phase(f"held-out accuracy before training ({len(eval_rows)} prompts)"):
+                state["accuracy_before"] = evaluate(actors, eval_rows)
         for step in range(start_step, cfg.training.steps):
             metrics = train_step(cfg, actors, prompts, step, kl_ctl)
             state["rewards"].append(metrics["reward/mean"])

@@ -17,6 +17,7 @@ from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from actors.weights import broadcast_backend, open_broadcast, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
+from relay.progress import phase
 
 NAMESPACE = "relay"
 
@@ -147,6 +148,14 @@ class Actors:
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     placement_groups: list = field(default_factory=list)
 
+    def by_role(self) -> dict[str, list]:
+        single = {"learner": self.learner, "reference": self.reference, "critic": self.critic}
+        roles = {"tools": self.tools, "env": self.env, "rollout": self.rollout, **{r: [h] for r, h in single.items() if h is not None}}
+        return {role: handles for role, handles in roles.items() if handles}
+
+    def handles(self) -> list:
+        return [h for handles in self.by_role().values() for h in handles]
+
 
 @contextmanager
 def actor_pools(cfg: Config, model_path: str, run_name: str):
@@ -168,13 +177,15 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep
+        roles = ", ".join(f"{role} x{len(handles)}" for role, handles in actors.by_role().items())
+        with phase(f"starting actors and loading the model ({roles})"):
+            ray.get([h.__ray_ready__.remote() for h in actors.handles()])  # constructors done: a failing one raises here
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True
         yield actors
     finally:
-        for handle in [*actors.rollout, *actors.env, *actors.tools, actors.learner, actors.reference, actors.critic]:
-            if handle is not None:
-                ray.kill(handle)
+        for handle in actors.handles():
+            ray.kill(handle)
         for pg in groups:
             ray.util.remove_placement_group(pg)

@@ -44,9 +44,13 @@ def available_engines(cuda: bool) -> list[str]:
 def build_model(kind: str) -> tuple[str, str]:
     """(model folder, dtype)."""
     if kind == "tiny":
-        from relay.models.tiny import TinySpec, tiny_model_path
+        # Untrained weights: answers run to max_tokens, so every row generates the same length.
+        from relay.models.build import save_folder
+        from relay.models.tiny import TinySpec, build_tiny_model
 
-        return str(tiny_model_path(TinySpec(warm_start_steps=1))), "float32"
+        folder = Path(tempfile.mkdtemp(prefix="relay-bench-tiny-")) / "tiny"
+        save_folder(*build_tiny_model(TinySpec(warm_start_steps=0)), folder)
+        return str(folder), "float32"
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

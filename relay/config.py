@@ -35,12 +35,12 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # "tiny" = the built-in model (built offline on first use); else a local HF folder or a hub name.
+    # "tiny" = the built-in model shipped in relay/models/shipped/ (the task's own warm start for the
+    # built-in agent tasks); else a local HF folder or a hub name.
     path: str = "tiny"
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
-    tiny_target_accuracy: float = 0.3  # only for path=tiny: the warm start stops at this held-out accuracy
 
 
 @dataclass(frozen=True)

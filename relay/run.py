@@ -25,17 +25,15 @@ def run_folder(cfg: Config, resume: bool) -> Path:
     return folder
 
 
-def model_path(cfg: Config) -> str:
-    if cfg.model.path != "tiny":
-        return str(Path(cfg.model.path).expanduser()) if Path(cfg.model.path).expanduser().exists() else cfg.model.path
-    from relay.models.tiny import TinySpec, tiny_model_path
+def resolve_model_path(cfg: Config) -> str:
+    """The folder (or hub name) every role loads: `tiny` is a model shipped in the repository
+    (the task's own warm start for the built-in agent tasks); nothing is built or downloaded."""
+    if cfg.model.path == "tiny":
+        from relay.models.shipped import tiny_model
 
-    path = tiny_model_path(TinySpec(target_accuracy=cfg.model.tiny_target_accuracy, digits=cfg.task.digits))
-    if cfg.task.env is not None and hasattr(resolve_dotted(cfg.task.env), "warm_start_trajectories"):
-        from relay.models.warm_start import task_model_path  # agentic built-ins: a warm start on example episodes
-
-        path = task_model_path(cfg.task.env, path)
-    return str(path)
+        return str(tiny_model(cfg.task.env))
+    local = Path(cfg.model.path).expanduser()
+    return str(local) if local.exists() else cfg.model.path
 
 
 def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-# Tests never reach a hub; the tiny model is built offline by relay itself.
+# Tests never reach a hub; the tiny models are shipped in the repository.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_model_path():
-    """The default tiny model folder (built once, cached in ~/.cache/relay)."""
-    from relay.models.tiny import TinySpec, tiny_model_path as build
+    """The tiny model shipped in the repository (never one built on this machine)."""
+    from relay.models.shipped import shipped_model
 
-    return str(build(TinySpec()))
+    return str(shipped_model("tiny"))

@@ -1,48 +1,30 @@
-"""A short supervised warm start of the tiny model on a task's example episodes, built offline.
+"""A short supervised warm start of the tiny model on a task's example episodes.
 
 The tiny model (relay/models/tiny.py) only knows two-digit addition. For an agentic task it
 first sees example trajectories from the task's environment class
 (`warm_start_trajectories(n, seed) -> list[relay.agent.Trajectory]`), laid out token for token
 as the agent loop lays out episodes (relay.agent.encode_trajectory), with loss on the model's
 tokens only. The examples mix good and bad play, so RL starts from a model that knows the
-format and is often wrong. The result is cached like the tiny model, keyed by the task, the
-base model and the recipe.
+format and is often wrong. The built-in tasks' results are shipped (relay/models/shipped/);
+`python -m relay.models.build --env my_pkg.envs:MyEnv --out DIR` makes one for a user's task.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from pathlib import Path
 
 import torch
 
 from relay.agent import ChatFormat, encode_trajectory
-from relay.config import resolve_dotted
-from relay.models.tiny import build_cached
 
-BUILDER_VERSION = 1  # bump when the recipe changes, so stale caches are not reused
+DEFAULT_STEPS = 300  # for an environment class without a `warm_start_steps` attribute
 
 
-def task_model_path(env: str, base: str | Path, steps: int | None = None, batch: int = 32, lr: float = 3e-3,
-                    seed: int = 0, cache_dir: Path | None = None) -> Path:
-    """Folder of `base` fine-tuned on the examples of the environment class `env` (dotted path)."""
-    env_cls = resolve_dotted(env)
-    steps = steps if steps is not None else getattr(env_cls, "warm_start_steps", 300)
-    base = Path(base)
-    # The examples' fingerprint is in the key: changing how a task writes them rebuilds the model.
-    sample = repr(env_cls.warm_start_trajectories(64, seed + 1_000_003)).encode()
-    recipe = {"v": BUILDER_VERSION, "env": env, "base": base.name, "steps": steps, "batch": batch, "lr": lr, "seed": seed,
-              "examples": hashlib.sha256(sample).hexdigest()[:16]}
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    name = env.replace(":", ".").rsplit(".", 1)[-1].lower()
-    folder = (cache_dir or base.parent) / f"tiny-{name}-{key}"
-    return build_cached(folder, lambda: warm_start(base, env_cls, steps, batch, lr, seed), "relay_warm_start.json", recipe)
-
-
-def warm_start(base: Path, env_cls, steps: int, batch: int, lr: float, seed: int):
+def warm_start(base: Path, env_cls, steps: int | None = None, batch: int = 32, lr: float = 3e-3, seed: int = 0):
+    """(model, tokenizer): the model in folder `base` fine-tuned on `env_cls`'s example episodes."""
     from relay.models.loading import load_model, load_tokenizer
 
+    steps = steps if steps is not None else getattr(env_cls, "warm_start_steps", DEFAULT_STEPS)
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(str(base))
     model = load_model(str(base))

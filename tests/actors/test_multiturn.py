@@ -1,6 +1,6 @@
 """Multi-turn rollouts on local Ray: RolloutWorker + ToolExecutor pool + EnvPool, real sandbox.
 
-Uses the math_tool and textgame warm-started tiny models (built offline and cached on first use).
+Uses the math_tool and textgame warm-started tiny models shipped in the repository.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from actors.rollout import RolloutWorker
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
 from relay.envs.textgame import TextGameEnv
-from relay.run import model_path
+from relay.run import resolve_model_path
 from relay.tools.parsers import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
@@ -43,7 +43,7 @@ def start(cfg, run_name, tools=True):
     groups = []
     executors = create_tool_executors(cfg, run_name, groups) if tools else []
     env = create_group(EnvPool, "env", cfg.resources.env, run_name, lambda i: (cfg,), groups)
-    path = model_path(cfg)
+    path = resolve_model_path(cfg)
     [worker] = create_group(RolloutWorker, "rollout", cfg.resources.rollout, run_name,
                             lambda i: (cfg, path, i, threads(cfg.resources.rollout), env[0], executors), groups)
     return worker, env[0], executors, groups

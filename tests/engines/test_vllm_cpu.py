@@ -14,15 +14,15 @@ pytest.importorskip("vllm", reason="vllm not installed: pip install 'relay[vllm-
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
-from relay.models.tiny import TinySpec, encode_chat, tiny_model_path  # noqa: E402
+from relay.models.tiny import encode_chat  # noqa: E402
 from tests.engine_checks import max_logprob_diff  # noqa: E402
 
 TOL = 1e-3  # fp32 engine vs fp32 learner; FINDINGS.md measured about 1e-6
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    return str(tiny_model_path(TinySpec()))
+def model_path(tiny_model_path):
+    return tiny_model_path
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,15 @@ from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine
 from relay.envs.arithmetic import make_rows
 from relay.models.loading import load_model
-from relay.models.tiny import TinySpec, encode_chat, tiny_model_path
+from relay.models.tiny import encode_chat
 from tests.engine_checks import max_logprob_diff
 
 TOL = 1e-3
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    return str(tiny_model_path(TinySpec()))
+def model_path(tiny_model_path):
+    return tiny_model_path
 
 
 @pytest.fixture(scope="module")
