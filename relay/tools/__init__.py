@@ -2,6 +2,7 @@
 
     relay.tools.parsers   get_parser(name).parse(text) -> ParseResult(calls, errors)
     relay.tools.registry  ToolRegistry, tool, RemoteHTTPTool, PythonTool, ToolResult
+    relay.tools.schema    function_schema(fn), validate_arguments(name, arguments, parameters)
     relay.tools.sandbox   SandboxConfig, run_code, sandbox_available, make_runner
     relay.tools.server    python -m relay.tools.server --port 30003
     relay.tools.client    ToolClient(ToolClientConfig(...)).execute(code)

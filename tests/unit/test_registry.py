@@ -10,9 +10,8 @@ import pytest
 
 from relay.tools import sandbox
 from relay.tools.parsers import ToolCall
-from relay.tools.registry import (
-    FunctionTool, PythonTool, RemoteHTTPTool, ToolRegistry, ToolResult, function_schema, parse_docstring, tool,
-)
+from relay.tools.registry import FunctionTool, PythonTool, RemoteHTTPTool, ToolRegistry, ToolResult, tool
+from relay.tools.schema import function_schema, parse_docstring
 
 
 def search(query: str, limit: int = 5, scale: float = 1.0, exact: bool = False,
