@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v bwrap >/dev/null 2>&1; then
-    # bubblewrap is the sandbox for model-written code (relay/tools/sandbox.py).
+    # bubblewrap is the sandbox for model-written code (relay/tools/sandbox/).
     if [ "$(id -u)" = 0 ]; then
         (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null || echo "setup: could not install bubblewrap; the code sandbox will refuse to start" >&2
     else
