@@ -1,6 +1,6 @@
 """Hyperparameter sweeps with Ray Tune: each trial is one RL run (driver.train).
 
-    python tune.py configs/tune.yaml [key=value ...]      # or: python driver.py --tune configs/tune.yaml
+    python tune.py configs/tune.yaml [key=value ...]
     ray job submit --working-dir . -- python tune.py configs/tune.yaml
 
 The sweep file (configs/tune.yaml is the example):
