@@ -183,12 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/default.yaml", help="YAML config (default: the tiny CPU run)")
     parser.add_argument("--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint")
-    parser.add_argument("--tune", metavar="SWEEP_YAML", help="run a Ray Tune sweep (configs/tune.yaml) instead of one run")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
     args = parser.parse_args(argv)
-    if args.tune:
-        import tune  # noqa: PLC0415 - Ray Tune loads only for sweeps
-        return tune.main([args.tune, *args.overrides])
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
     except ConfigError as e:

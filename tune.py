@@ -1,6 +1,6 @@
 """Hyperparameter sweeps with Ray Tune: each trial is one RL run (driver.train).
 
-    python tune.py configs/tune.yaml [key=value ...]      # or: python driver.py --tune configs/tune.yaml
+    python tune.py configs/tune.yaml [key=value ...]
     ray job submit --working-dir . -- python tune.py configs/tune.yaml
 
 The sweep file (configs/tune.yaml is the example):
@@ -170,20 +170,12 @@ def param_space(sweep: Sweep) -> dict[str, Any]:
 
 def trial_bundles(cfg: Config) -> list[dict[str, float]]:
     """A trial's placement group: its own process (bundle 0), then one bundle per actor that
-    actors.pools.actor_pools makes, by the same rules (create_group claims them by shape, so
-    the order does not matter; a missing one fails the trial with the shapes it looked for)."""
-    from actors.pools import _bundle, uses_tool_executors
+    actors.pools.actor_pools makes (actor_bundles: the same role rules). create_group claims
+    them by shape, so the order does not matter; a missing one fails the trial with the shapes
+    it looked for."""
+    from actors.pools import actor_bundles
 
-    res = cfg.resources
-    bundles = [{"CPU": TRIAL_DRIVER_CPUS}]
-    if uses_tool_executors(cfg):
-        bundles += [_bundle(cfg.tools.executors)] * cfg.tools.executors.count
-    bundles += [_bundle(res.env)] * res.env.count + [_bundle(res.rollout)] * res.rollout.count + [_bundle(res.learner)]
-    if cfg.algorithm.kl_coef > 0:
-        bundles.append(_bundle(res.reference))
-    if cfg.critic.enabled:
-        bundles.append(_bundle(res.critic))
-    return bundles
+    return [{"CPU": TRIAL_DRIVER_CPUS}, *actor_bundles(cfg)]
 
 
 def run_trial(values: dict[str, Any], sweep: Sweep) -> None:

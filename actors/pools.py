@@ -30,14 +30,30 @@ def connect(cfg: Config) -> None:
     if address:
         ray.init(address=address, namespace=NAMESPACE)
         return
-    needed = sum(getattr(cfg.resources, role).cpus * getattr(cfg.resources, role).count for role in ("rollout", "learner", "reference", "critic", "env"))
-    if uses_tool_executors(cfg):
-        needed += cfg.tools.executors.cpus * cfg.tools.executors.count
+    needed = sum(res.cpus * res.count for res in actor_roles(cfg).values())
     # Phases of the synchronous loop do not overlap, so logical CPUs may exceed the cores;
     # torch threads per actor (its CPU share) are what keep actors from fighting.
     # address="local": never attach to another cluster found via /tmp/ray/ray_current_cluster.
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), namespace=NAMESPACE,
              include_dashboard=cfg.resources.dashboard, log_to_driver=True)
+
+
+def uses_tool_executors(cfg: Config) -> bool:
+    """Tool calls run on ToolExecutor actors; with tools.server_url they go to that server instead."""
+    return cfg.tools.enabled and cfg.tools.server_url is None
+
+
+def actor_roles(cfg: Config) -> dict[str, RoleResources]:
+    """The roles `cfg` makes actors for, in the order actor_pools creates them, each with its
+    resources (`count` actors of it). The one place that says which roles a run has."""
+    res = cfg.resources
+    roles = {"tools": cfg.tools.executors} if uses_tool_executors(cfg) else {}
+    roles.update(env=res.env, rollout=res.rollout, learner=res.learner)
+    if cfg.algorithm.kl_coef > 0:  # the KL penalty needs reference logprobs
+        roles["reference"] = res.reference
+    if cfg.critic.enabled:
+        roles["critic"] = res.critic
+    return roles
 
 
 # Share of a role's node label each actor asks for: small, so the label marks node types
@@ -50,6 +66,12 @@ def _bundle(res: RoleResources) -> dict[str, float]:
     if res.node_resource:
         bundle[res.node_resource] = NODE_RESOURCE_SHARE
     return bundle
+
+
+def actor_bundles(cfg: Config) -> list[dict[str, float]]:
+    """One placement-group bundle per actor that actor_pools makes for `cfg` (what a Ray Tune
+    trial reserves for them: tune.trial_bundles)."""
+    return [_bundle(res) for res in actor_roles(cfg).values() for _ in range(res.count)]
 
 
 # Bundles of an enclosing placement group already given to one run's actors: (group, run) -> indices.
@@ -106,10 +128,6 @@ def threads(res: RoleResources) -> int:
     return max(1, int(res.cpus))
 
 
-def uses_tool_executors(cfg: Config) -> bool:
-    return cfg.tools.enabled and cfg.tools.server_url is None
-
-
 def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
     """ToolExecutor actors that run tool calls (sandboxed code) for the rollout workers.
 
@@ -161,8 +179,7 @@ class Actors:
 def actor_pools(cfg: Config, model_path: str, run_name: str):
     """Create every role's actors on its placement group; kill them and free the groups on exit,
     so one Ray session can hold several runs (tests, Tune trials)."""
-    res, groups = cfg.resources, []
-    needs_reference = cfg.algorithm.kl_coef > 0
+    res, groups, roles = cfg.resources, [], actor_roles(cfg)
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
@@ -170,9 +187,9 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools), groups)
         actors.learner = create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups)[0]
-        if needs_reference:
+        if "reference" in roles:
             actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
-        if cfg.critic.enabled:
+        if "critic" in roles:
             actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU

@@ -20,32 +20,26 @@ The observation (tool results, error lines, the environment's text) is appended 
 loss mask 0 and the loop goes on.
 
 Token-in, token-out (the Sample holds exactly the ids the engine produced and saw; nothing
-earlier is ever re-tokenized): observation tokens come from tokenizing ONLY the text the chat
-template writes after the model's turn, found by rendering the template around a placeholder
-assistant message and taking what follows it (ChatFormat). That text starts with the template's
-end-of-turn marker (ChatML: "<|im_end|>\\n"). When the model ended its turn with that EOS token
-itself, its text is dropped from the delta; when it stopped at a stop string (`</tool_call>`),
-the delta keeps it, so the closing tokens are observation tokens with mask 0. Parsers whose
-results continue the model's own message (tag, react: result_role None) append their result
-text as is, unless the model had already ended its message with EOS; then the result goes in a
-"tool" message through the template. Decoding prompt + response gives exactly the template's
-rendering of the conversation (tests/unit/test_agent_loop.py checks this on two templates).
+earlier is ever re-tokenized): observation tokens are the ids of only the text the chat template
+writes after the model's turn (relay/chat.py, ChatFormat). Parsers whose results continue the
+model's own message (tag, react: result_role None) append their result text as is, unless the
+model had already ended its message with EOS; then the result goes in a "tool" message through
+the template. Decoding prompt + response gives exactly the template's rendering of the
+conversation (tests/unit/test_agent_loop.py checks this on two templates).
 """
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from relay.chat import ChatFormat
 from relay.data import row_messages
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.tools.parsers import ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
-
-log = logging.getLogger(__name__)
 
 FINISH_REASONS = ("stop", "length", "max_turns", "budget", "env_error")
 
@@ -62,101 +56,6 @@ class AgentLimits:
             raise ValueError(f"invalid agent limits: {self}")
         if self.max_total_tokens < self.max_tokens_per_turn:
             raise ValueError(f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})")
-
-
-# ------------------------------------------------------------------------------ chat format
-
-_USER = "RELAYUSERPLACEHOLDER"
-_ASSISTANT = "RELAYASSISTANTPLACEHOLDER"
-
-
-class ChatFormat:
-    """Prompt ids, and the token ids of what follows a model turn, for one tokenizer + chat template."""
-
-    def __init__(self, tokenizer, tools: list[dict] | None = None):
-        self.tokenizer = tokenizer
-        self.tools = tools or None
-        self._warned_eos = self._warned_roundtrip = False
-        closed = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}], False)
-        if closed.count(_ASSISTANT) != 1:
-            raise ValueError("the chat template does not render an assistant message's content verbatim; "
-                             "the agent loop cannot find where a model turn ends")
-        # What the template writes after an assistant message's content: ChatML "<|im_end|>\n".
-        self.turn_end = closed[closed.index(_ASSISTANT) + len(_ASSISTANT):]
-
-    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        kwargs = {"tools": self.tools} if self.tools else {}
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False).input_ids
-
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        return self.encode(self._render(messages, True))
-
-    def observation_text(self, observation: str | list[dict], eos_token: int | None) -> str:
-        """The text to append after a model turn. `observation`: text that continues the model's
-        own message (inline), or messages (tool / user turns) the template renders, followed by
-        the generation prompt. eos_token: the stop token that ended the turn, or None."""
-        if isinstance(observation, str):
-            return observation
-        full = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}, *observation], True)
-        if full.count(_ASSISTANT) != 1:
-            raise ValueError("the chat template does not render an assistant message's content verbatim")
-        text = full[full.index(_ASSISTANT) + len(_ASSISTANT):]
-        if eos_token is not None:
-            eos = self.tokenizer.decode([eos_token])
-            if text.startswith(eos):
-                text = text[len(eos):]  # the model already wrote it
-            elif not self._warned_eos:
-                self._warned_eos = True
-                log.warning("the turn ended with %r but the chat template closes an assistant turn with %r; "
-                            "keeping both", eos, text[:20])
-        return text
-
-    def observation_ids(self, observation: str | list[dict], eos_token: int | None) -> list[int]:
-        text = self.observation_text(observation, eos_token)
-        ids = self.encode(text)
-        if not self._warned_roundtrip and self.tokenizer.decode(ids) != text:
-            # SentencePiece tokenizers may add a leading space to a fragment: the trained tokens
-            # are still exactly what the engine saw, but they decode to slightly different text.
-            self._warned_roundtrip = True
-            log.warning("this tokenizer does not round-trip observation text (%r); token ids stay exact", text[:40])
-        return ids
-
-
-# ------------------------------------------------------------------------------ trajectories (warm starts, tests)
-
-@dataclass
-class TrajectoryTurn:
-    text: str  # what the model writes in this turn
-    eos: bool = True  # the turn ends with the EOS token (False: at a stop string such as </tool>)
-    observation: str | list[dict] | None = None  # what follows (inline text or messages); None after the last turn
-
-
-@dataclass
-class Trajectory:
-    prompt: list[dict]  # messages
-    turns: list[TrajectoryTurn]
-
-
-def encode_trajectory(fmt: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int], list[int]]:
-    """(prompt_ids, response_ids, loss_mask) laid out exactly as the agent loop lays out an episode."""
-    eos = fmt.tokenizer.eos_token_id
-    prompt = fmt.prompt_ids(trajectory.prompt)
-    response, mask = [], []
-    for turn in trajectory.turns:
-        ids = fmt.encode(turn.text) + ([eos] if turn.eos else [])
-        response += ids
-        mask += [1] * len(ids)
-        if turn.observation is not None:
-            obs = turn.observation
-            if isinstance(obs, str) and turn.eos:  # the message is closed: results go in a tool turn
-                obs = [{"role": "tool", "content": obs}]
-            ids = fmt.observation_ids(obs, eos if turn.eos else None)
-            response += ids
-            mask += [0] * len(ids)
-    return prompt, response, mask
 
 
 # ------------------------------------------------------------------------------ the loop

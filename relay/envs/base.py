@@ -18,7 +18,7 @@ built-in environments.
 
 Optional class-level hooks, used by the built-in tasks:
     make_rows(n, seed) -> list[dict]                   task rows when no task.train_file is given
-    warm_start_trajectories(n, seed) -> list[Trajectory]  (relay.agent) example episodes for the
+    warm_start_trajectories(n, seed) -> list[Trajectory]  (relay.chat) example episodes for the
                                                         tiny model's warm start
 
 Outside-world failures are data: an environment that raises in reset or step ends its episode

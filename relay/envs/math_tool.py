@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from relay.agent import Trajectory, TrajectoryTurn
+from relay.chat import Trajectory, TrajectoryTurn
 from relay.envs.arithmetic import parse_answer
 
 PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."

@@ -2,8 +2,8 @@
 
 The tiny model (relay/models/tiny.py) only knows two-digit addition. For an agentic task it
 first sees example trajectories from the task's environment class
-(`warm_start_trajectories(n, seed) -> list[relay.agent.Trajectory]`), laid out token for token
-as the agent loop lays out episodes (relay.agent.encode_trajectory), with loss on the model's
+(`warm_start_trajectories(n, seed) -> list[relay.chat.Trajectory]`), laid out token for token
+as the agent loop lays out episodes (relay.chat.encode_trajectory), with loss on the model's
 tokens only. The examples mix good and bad play, so RL starts from a model that knows the
 format and is often wrong. The built-in tasks' results are shipped (relay/models/shipped/);
 `python -m relay.models.build --env my_pkg.envs:MyEnv --out DIR` makes one for a user's task.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from relay.agent import ChatFormat, encode_trajectory
+from relay.chat import ChatFormat, encode_trajectory
 
 DEFAULT_STEPS = 300  # for an environment class without a `warm_start_steps` attribute
 

@@ -60,8 +60,6 @@ def ray_session():
 
 @pytest.mark.slow
 def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys, monkeypatch):
-    import driver
-
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")  # what run_sweep sets; kept out of later tests
     sweep_file = tmp_path / "sweep.yaml"
     sweep_file.write_text(yaml.safe_dump({
@@ -73,7 +71,7 @@ def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys,
         "scheduler": {"type": "asha", "max_t": 2, "grace_period": 1},
         "name": "two-trials", "output_dir": str(tmp_path / "tune"),
     }))
-    assert driver.main(["--tune", str(sweep_file)]) == 0
+    assert tune.main([str(sweep_file)]) == 0
 
     sweep_dir = tmp_path / "tune" / "two-trials"
     last = {}  # lr -> the trial's last reward/mean, from Tune's own result files

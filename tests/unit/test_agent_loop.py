@@ -12,7 +12,8 @@ import copy
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop, ChatFormat, encode_trajectory, episode_metrics
+from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.chat import ChatFormat, encode_trajectory
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.math_tool import MathToolEnv, math_tool_reward
