@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from actors.weights import WeightSender
+from actors.weights import WeightSender, node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
@@ -13,7 +13,7 @@ from relay.models.loading import actor_device, load_model
 from relay.policy import compute_logprobs, response_logprobs
 from relay.types import Batch
 from relay.update_loop import run_update
-from relay.weight_transfer import WeightPayload
+from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class Reference:
@@ -27,7 +27,7 @@ class Reference:
         return compute_logprobs(self.model, batch, self.temperature)
 
 
-class Learner(WeightSender):
+class Learner:
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
@@ -40,6 +40,7 @@ class Learner(WeightSender):
         self.model.eval()
         t = cfg.training
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.weights_out = WeightSender(lambda: self.model.state_dict())
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return compute_logprobs(self.model, batch, self.temperature)
@@ -77,8 +78,22 @@ class Learner(WeightSender):
         metrics["loss"] = float(loss.detach())
         return loss, metrics
 
+    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_out does the work
+
+    def node_id(self) -> str:
+        return node_id()
+
     def get_weights(self) -> WeightPayload:
-        return WeightPayload.of(self.model.state_dict())
+        return self.weights_out.payload()
+
+    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
+        return self.weights_out.listen(one_node)
+
+    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
+        self.weights_out.join(host, port, world_size, backend, tag)
+
+    def broadcast_weights(self) -> None:
+        self.weights_out.broadcast()
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         """Everything an exact resume needs: weights, optimizer, this process's RNG."""
