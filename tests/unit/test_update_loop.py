@@ -72,8 +72,14 @@ def test_learner_and_critic_shuffle_mini_batches_by_the_same_rule(tiny_model_pat
     assert expected[:8] != sorted(expected[:8])  # shuffled, not the batch's own order
 
     def seen_groups(actor) -> list[int]:
+        """The group ids of the rows each micro-batch's loss saw, in order, over one update."""
         seen, loss = [], actor._loss
-        actor._loss = lambda micro: seen.extend(micro.group_ids.tolist()) or loss(micro)
+
+        def recording_loss(micro: Batch):
+            seen.extend(micro.group_ids.tolist())
+            return loss(micro)
+
+        actor._loss = recording_loss
         actor.update(batch)
         return seen
 
