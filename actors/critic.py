@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 import transformers
 from transformers import AutoModelForTokenClassification
@@ -17,7 +16,9 @@ from relay.algos import value_loss
 from relay.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
 from relay.config import Config
 from relay.models.loading import DTYPES, actor_device
+from relay.policy import response_values
 from relay.types import Batch
+from relay.update_loop import run_update
 
 
 class Critic:
@@ -36,41 +37,25 @@ class Critic:
         self.model.eval()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
 
-    def _values(self, batch: Batch) -> torch.Tensor:
-        """V(state before each response token): [B,R], read at the same columns as the policy's logits."""
-        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
-        P, R = batch.prompt_width, batch.responses.shape[1]
-        return out.logits[:, P - 1:P - 1 + R, 0].float()
-
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
         batch = batch.to(self.device)
-        return (self._values(batch) * batch.loss_mask).cpu()
+        return (response_values(self.model, batch) * batch.loss_mask).cpu()
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """Clipped value loss against the returns, same epochs/mini/micro-batching as the learner."""
-        t, c = self.cfg.training, self.cfg.critic
-        start, history = time.perf_counter(), {}
-        batch = batch.to(self.device)
-        for _ in range(t.ppo_epochs):
-            for mini_idx in torch.arange(len(batch)).chunk(t.mini_batches):
-                mini = batch.select(mini_idx)
-                tokens = mini.loss_mask.sum().clamp(min=1)
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro_idx in torch.arange(len(mini)).split(t.micro_batch_size):
-                    micro = mini.select(micro_idx)
-                    loss, metrics = value_loss(self._values(micro), micro.extras["values"], micro.extras["returns"],
-                                               micro.loss_mask, clip_range=c.clip_range, agg_mode="token-mean")
-                    (loss * micro.loss_mask.sum() / tokens).backward()
-                    history.setdefault("critic/vf_loss", []).append(float(loss.detach()))
-                    for k, v in metrics.items():
-                        history.setdefault(f"critic/{k}", []).append(float(v))
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
-                self.optimizer.step()
-                history.setdefault("critic/grad_norm", []).append(float(grad_norm))
-        out = {k: float(np.mean(v)) for k, v in history.items()}
+        """Clipped value loss against the returns, with the learner's epochs, shuffled mini-batches
+        (the same order: same seed rule) and token-weighted micro-batches (relay/update_loop.py)."""
+        start = time.perf_counter()
+        metrics = run_update(self.model, self.optimizer, batch.to(self.device), self._loss, self.cfg.training,
+                             seed=self.cfg.run.seed, weight_by_tokens=True)
+        out = {f"critic/{k}": v for k, v in metrics.items()}
         out["time/critic_update_s"] = time.perf_counter() - start
         return out
+
+    def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = value_loss(response_values(self.model, micro), micro.extras["values"], micro.extras["returns"],
+                                   micro.loss_mask, clip_range=self.cfg.critic.clip_range, agg_mode="token-mean")
+        return loss, {"vf_loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
-from actors.weights import WeightSender
-from relay.algos import aggregate, kl_penalty, masked_mean, policy_loss, truncated_is_weights
+from actors.weights import WeightSender, node_id
+from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
 from relay.models.loading import actor_device, load_model
-from relay.policy import response_logprobs
+from relay.policy import compute_logprobs, response_logprobs
 from relay.types import Batch
-from relay.weight_transfer import WeightPayload
+from relay.update_loop import run_update
+from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class Reference:
@@ -23,12 +23,11 @@ class Reference:
         self.device = actor_device()
         self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device).eval()
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return response_logprobs(self.model, batch.to(self.device), self.temperature)[0].cpu()
+        return compute_logprobs(self.model, batch, self.temperature)
 
 
-class Learner(WeightSender):
+class Learner:
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
@@ -41,36 +40,17 @@ class Learner(WeightSender):
         self.model.eval()
         t = cfg.training
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.weights_out = WeightSender(lambda: self.model.state_dict())
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return response_logprobs(self.model, batch.to(self.device), self.temperature)[0].cpu()
+        return compute_logprobs(self.model, batch, self.temperature)
 
     def update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
-        t, a = self.cfg.training, self.cfg.algorithm
         start = time.perf_counter()
-        batch = batch.to(self.device)
-        history: dict[str, list[float]] = {}
-        # Token-mean over the whole mini-batch: weight each micro-batch by its share of tokens.
-        generator = torch.Generator().manual_seed(self.cfg.run.seed + int(batch.group_ids[0]))
-        for _ in range(t.ppo_epochs):
-            order = torch.randperm(len(batch), generator=generator) if t.mini_batches > 1 else torch.arange(len(batch))
-            for mini_idx in order.chunk(t.mini_batches):
-                mini = batch.select(mini_idx)
-                mini_tokens = mini.loss_mask.sum().clamp(min=1)
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro_idx in torch.arange(len(mini)).split(t.micro_batch_size):
-                    micro = mini.select(micro_idx)
-                    loss, metrics = self._loss(micro)
-                    weight = micro.loss_mask.sum() / mini_tokens if a.loss_agg == "token-mean" else len(micro) / len(mini)
-                    (loss * weight).backward()
-                    for k, v in metrics.items():
-                        history.setdefault(k, []).append(v)
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
-                self.optimizer.step()
-                history.setdefault("actor/grad_norm", []).append(float(grad_norm))
-        out = {k: float(np.mean(v)) for k, v in history.items()}
+        metrics = run_update(self.model, self.optimizer, batch.to(self.device), self._loss, self.cfg.training,
+                             seed=self.cfg.run.seed, weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean")
+        out = {f"actor/{k}": v for k, v in metrics.items()}
         out["time/update_s"] = time.perf_counter() - start
         return out
 
@@ -85,21 +65,35 @@ class Learner(WeightSender):
             loss_mask=mask, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c,
             agg_mode=a.loss_agg, is_weights=is_weights,
         )
-        metrics = {f"actor/{k}": float(v) for k, v in metrics.items()}
-        metrics["actor/pg_loss"] = float(loss.detach())
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["pg_loss"] = float(loss.detach())
         if a.kl_coef > 0 and a.kl_in == "loss":
             kl = aggregate(kl_penalty(logprobs, micro.extras["ref_logprobs"], a.kl_estimator), mask, a.loss_agg)
             loss = loss + a.kl_coef * kl
-            metrics["actor/kl_loss"] = float(kl)
+            metrics["kl_loss"] = float(kl.detach())
         ent = aggregate(entropy, mask, a.loss_agg)
         if a.entropy_coef:
             loss = loss - a.entropy_coef * ent
-        metrics["actor/entropy"] = float(ent.detach())
-        metrics["actor/loss"] = float(loss.detach())
+        metrics["entropy"] = float(ent.detach())
+        metrics["loss"] = float(loss.detach())
         return loss, metrics
 
+    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_out does the work
+
+    def node_id(self) -> str:
+        return node_id()
+
     def get_weights(self) -> WeightPayload:
-        return WeightPayload.of(self.model.state_dict())
+        return self.weights_out.payload()
+
+    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
+        return self.weights_out.listen(one_node)
+
+    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
+        self.weights_out.join(host, port, world_size, backend, tag)
+
+    def broadcast_weights(self) -> None:
+        self.weights_out.broadcast()
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         """Everything an exact resume needs: weights, optimizer, this process's RNG."""

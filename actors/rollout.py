@@ -13,7 +13,7 @@ from typing import Any
 import ray
 import torch
 
-from actors.weights import WeightReceiver
+from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
@@ -22,15 +22,17 @@ from relay.engines.base import SamplingParams
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
+from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
-class RolloutWorker(WeightReceiver):
+class RolloutWorker:
     def __init__(self, cfg: Config, model_path: str, worker_index: int, num_threads: int,
                  env_pool=None, tool_executors: list | None = None):
         torch.set_num_threads(num_threads)
         self.cfg, self.index = cfg, worker_index
         self.engine = make_engine(cfg, model_path)
         self.tokenizer = self.engine.tokenizer
+        self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
         self.agent = self._agent(env_pool, tool_executors or []) if cfg.tools.enabled or cfg.task.env else None
 
@@ -123,6 +125,23 @@ class RolloutWorker(WeightReceiver):
 
     def weight_version(self) -> int:
         return self.engine.weight_version
+
+    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_in does the work
+
+    def node_id(self) -> str:
+        return node_id()
+
+    def update_weights(self, weights: WeightPayload, version: int) -> float:
+        """Load the payload the learner put in the object store; returns the seconds it took."""
+        return self.weights_in.load(weights, version)
+
+    def join_weight_group(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
+                          plan: BroadcastPlan) -> None:
+        self.weights_in.join(host, port, rank, world_size, backend, tag, plan)
+
+    def receive_weights(self, version: int) -> float:
+        """Load the broadcast into the engine as it arrives; returns the seconds it took."""
+        return self.weights_in.receive(version)
 
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()

@@ -13,55 +13,72 @@ The group's store listens on the learner's address only: loopback when every mem
 """
 from __future__ import annotations
 
+import socket
 import time
+from typing import Callable
 
 import ray
+import torch
 
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
-# -- actor side: mixed into Learner (sender) and RolloutWorker (receiver) --------------------
+# -- actor side: objects the Learner (sender) and each RolloutWorker (receiver) hold ----------
 
 
-class NodeAware:
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+def node_id() -> str:
+    """This process's Ray node, so the driver can tell whether every group member shares one."""
+    return ray.get_runtime_context().get_node_id()
 
 
-class WeightSender(NodeAware):
-    """Needs `self.model`. Rank 0 of the broadcast group."""
+class WeightSender:
+    """The learner's end: the object-store payload, or rank 0 of the broadcast group. Reads the
+    weights through `state_dict` at every send, so it always sends the current ones."""
 
-    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
+    def __init__(self, state_dict: Callable[[], dict[str, torch.Tensor]]):
+        self.state_dict = state_dict
+        self.socket: socket.socket | None = None  # the group's store listens here (broadcast only)
+        self.plan: BroadcastPlan | None = None
+        self.group: WeightGroup | None = None
+
+    def payload(self) -> WeightPayload:
+        return WeightPayload.of(self.state_dict())
+
+    def listen(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
-        self._weight_socket = listen(host)
-        self._weight_plan = BroadcastPlan.of(self.model.state_dict())
-        return host, self._weight_socket.getsockname()[1], self._weight_plan
+        self.socket = listen(host)
+        self.plan = BroadcastPlan.of(self.state_dict())
+        return host, self.socket.getsockname()[1], self.plan
 
-    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
-        self._weight_group = WeightGroup(host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self._weight_socket)
+    def join(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
+        self.group = WeightGroup(host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket)
 
-    def broadcast_weights(self) -> None:
-        self._weight_group.send(self.model.state_dict(), self._weight_plan)
+    def broadcast(self) -> None:
+        self.group.send(self.state_dict(), self.plan)
 
 
-class WeightReceiver(NodeAware):
-    """Needs `self.engine`. Object store: update_weights; broadcast: rank i + 1 of the group for
-    rollout worker i."""
+class WeightReceiver:
+    """A rollout worker's end, loading into its engine: the object-store payload, or rank i + 1
+    of the broadcast group for rollout worker i."""
 
-    def update_weights(self, weights: WeightPayload, version: int) -> float:
+    def __init__(self, engine):
+        self.engine = engine
+        self.plan: BroadcastPlan | None = None
+        self.group: WeightGroup | None = None
+
+    def load(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
         start = time.perf_counter()
         self.engine.update_weights(weights.tensors(), version)
         return time.perf_counter() - start
 
-    def join_weight_group(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
-                          plan: BroadcastPlan) -> None:
+    def join(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan) -> None:
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
-        self._weight_group, self._weight_plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
+        self.group, self.plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
 
-    def receive_weights(self, version: int) -> float:
+    def receive(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
         start = time.perf_counter()
-        weights = self._weight_group.receive(self._weight_plan)
+        weights = self.group.receive(self.plan)
         try:
             self.engine.update_weights(weights, version)
         finally:

@@ -6,12 +6,24 @@ import torch
 from relay.types import Batch
 
 
-def response_logits(model, batch: Batch) -> torch.Tensor:
-    """Logits predicting each response token: [B,R,V]. Column P-1 predicts response token 0."""
+def _response_columns(model, batch: Batch) -> torch.Tensor:
+    """The model's outputs at the columns that see everything before each response token:
+    [B,R,...]. Column P-1 comes before response token 0 (prompts are left-padded to P)."""
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 position_ids=batch.position_ids, use_cache=False)
     P, R = batch.prompt_width, batch.responses.shape[1]
-    return out.logits[:, P - 1:P - 1 + R].float()
+    return out.logits[:, P - 1:P - 1 + R]
+
+
+def response_logits(model, batch: Batch) -> torch.Tensor:
+    """Logits predicting each response token: [B,R,V]. Column P-1 predicts response token 0."""
+    return _response_columns(model, batch).float()
+
+
+def response_values(model, batch: Batch) -> torch.Tensor:
+    """V(state before each response token): [B,R], from a value model with one output per token
+    (a token-classification head with one label), read at the policy's logit columns."""
+    return _response_columns(model, batch)[..., 0].float()
 
 
 def response_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False):
@@ -21,3 +33,11 @@ def response_logprobs(model, batch: Batch, temperature: float, with_entropy: boo
     logprobs = logp_all.gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logprobs, entropy
+
+
+@torch.no_grad()
+def compute_logprobs(model, batch: Batch, temperature: float) -> torch.Tensor:
+    """response_logprobs without a graph, computed on the model's device, returned on the CPU
+    (what the Learner's old logprobs and the Reference's logprobs send back): [B,R]."""
+    device = next(model.parameters()).device
+    return response_logprobs(model, batch.to(device), temperature)[0].cpu()

@@ -49,7 +49,7 @@ def check_sync(cfg: Config, model_path: str, run_name: str) -> str | None:
     with actor_pools(cfg, model_path, run_name) as actors:
         assert actors.weight_broadcast == (cfg.resources.weight_sync == "broadcast")
         address = ray.get(actors.learner.__ray_call__.remote(
-            lambda self: self._weight_socket.getsockname()[0] if hasattr(self, "_weight_socket") else None))
+            lambda self: self.weights_out.socket.getsockname()[0] if self.weights_out.socket else None))
         for version, seed in ((3, 0), (4, 1)):  # twice through the same group
             perturb(actors.learner, seed)
             seconds = sync_weights(actors, version)
