@@ -18,7 +18,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PY=.venv/bin/python
 $PY -m pip install -q --upgrade uv
-UV=".venv/bin/uv pip install -q --python $PY"
+# --compile-bytecode: uv skips it by default, and then the first `python driver.py` spends ~20 s
+# compiling torch, transformers and ray in every process that imports them.
+UV=".venv/bin/uv pip install -q --compile-bytecode --python $PY"
 FL=()
 if [ -n "${PIP_FIND_LINKS:-}" ]; then FL=(--find-links "$PIP_FIND_LINKS"); fi
 
