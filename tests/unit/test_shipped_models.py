@@ -49,7 +49,7 @@ def test_a_changed_file_is_named_in_one_line(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_rebuild_behaves_like_the_shipped_tiny_model(tmp_path):
-    """About 4 minutes on one core: the whole warm start of the recipe."""
+    """About 4 minutes on one core: the whole warm start of the recipe (the slow tier: `pytest -m slow`)."""
     spec = TinySpec()
     rebuilt = build_base(tmp_path, spec)
     path = shipped.shipped_model("tiny")
