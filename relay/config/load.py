@@ -49,6 +49,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     return cfg
 
 
+def save_resolved(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
 def _build(cls, data: Any, prefix: str, problems: list[str]):
     if not isinstance(data, dict):
         problems.append(f"{prefix.rstrip('.') or '<root>'}: expected a mapping, got {type(data).__name__}")
@@ -122,7 +126,3 @@ def _coerce(tp, value, path: str, problems: list[str]):
             return ""
         return value
     return value
-
-
-def save_resolved(cfg: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -1,12 +1,15 @@
-"""The typed, frozen config tree: every setting relay reads, with its default."""
+"""The typed, frozen config tree: every setting relay reads, with its default.
+
+`Config` is the tree the driver loads (relay.config.load) and checks (relay.config.validate).
+The tool server's settings (`ToolServerConfig`) share its sandbox types; the sandbox, the tool
+client, the loggers and the agent loop read their settings from these classes, so each setting
+has one name and one default.
+"""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from relay.loggers import LoggingConfig
-from relay.tools.sandbox import SandboxConfig
 
 
 class ConfigError(ValueError):
@@ -16,6 +19,14 @@ class ConfigError(ValueError):
 
     def __reduce__(self):  # rebuilt from the list when it crosses a Ray task boundary
         return ConfigError, (self.problems,)
+
+
+# bwrap: the bubblewrap sandbox (relay/tools/sandbox/); none: model code runs UNSANDBOXED (loud warning).
+SandboxMode = Literal["bwrap", "none"]
+# The names relay.tools.parsers.PARSERS answers to (a unit test keeps the two equal).
+TOOL_PARSERS = ("tag", "hermes", "json", "react", "function_call", "pythonic")
+WANDB_MODES = ("online", "offline", "disabled", "shared")
+LOGGERS_EXTRA = "relay[loggers]"  # the pip extra with tensorboard, wandb and mlflow
 
 
 @dataclass(frozen=True)
@@ -82,25 +93,63 @@ class RoleResources:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """The limits of one sandboxed run of model-written code (relay/tools/sandbox/). They come
+    only from here (tools.sandbox_limits, or the tool server's sandbox_limits), never from a tool call."""
+    wall_timeout_s: float = 10.0
+    cpu_seconds: int = 5  # per process (RLIMIT_CPU): SIGKILL at the limit
+    memory_mb: int = 256  # cgroup memory (+swap) of the whole run, and RLIMIT_AS of each process
+    max_pids: int = 32  # processes + threads of the whole run (bwrap's two included)
+    max_output_bytes: int = 64 * 1024  # per stream (stdout, stderr); the rest is counted and dropped
+    tmpfs_mb: int = 16  # size of each writable tmpfs: /tmp, /sandbox, /dev/shm
+    max_open_files: int = 64
+    file_size_mb: int = 8  # RLIMIT_FSIZE: the largest file the code may write
+    cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
+    max_code_bytes: int = 1024 * 1024
+    python: str = "/usr/bin/python3"  # the interpreter inside the sandbox; must live under /usr
+    # Extra host paths bound read-only at the same place (e.g. an interpreter's prefix outside
+    # /usr). Started as uid 65534, bwrap must be able to reach them as that user.
+    ro_binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     """Tool calls in the agent loop (relay/agent.py): parser, sandbox, executors or tool server.
-    The client knobs (max_retries ... request_interval) are the seeds' tool_config ones."""
+    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval,
+    the seeds' tool_config knobs) from here too."""
     enabled: bool = False
     parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
-    sandbox: Literal["bwrap", "none"] = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
+    sandbox: SandboxMode = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
+    # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
+    # stream; the model reads every byte, and the tool client cuts a server's output there too), ...
+    sandbox_limits: SandboxConfig = SandboxConfig()
     server_url: str | None = None  # an HTTP tool server (python -m relay.tools.server); None: ToolExecutor actors
     functions: tuple[str, ...] = ()  # extra tools: dotted paths of typed Python functions
     schemas_in_prompt: bool = True  # pass the tool schemas to the chat template (tools=...)
     max_tool_turns: int = 3  # model turns that may call tools, per episode
     max_retries: int = 3  # tool server only: retries where the server never answered
-    retry_delay: float = 1.0
+    retry_delay: float = 1.0  # tool server only: seconds before the first retry; doubles each time
     timeout: float = 30.0  # tool server only: seconds per call, retries included
     max_workers: int = 8  # tool calls run at once per executor (or per rollout worker's client)
     request_interval: float = 0.0  # tool server only: seconds between request starts
-    # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
-    # stream; the model reads every byte), ... Limits come only from here, never from a tool call.
-    limits: SandboxConfig = SandboxConfig()
     executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
+
+
+@dataclass(frozen=True)
+class ToolServerConfig:
+    """`python -m relay.tools.server` (or a ToolExecutor serving its sandbox): the same sandbox
+    and sandbox_limits as tools.*, plus the server's own settings."""
+    host: str = "127.0.0.1"
+    port: int = 30003  # 0: any free port (see ToolServer.url)
+    sandbox: SandboxMode = "bwrap"
+    sandbox_limits: SandboxConfig = SandboxConfig()
+    # Sandboxes running at once; 0: two per CPU core. A run spends much of its ~40 ms in kernel
+    # namespace set-up rather than on a core: on 2 cores, 2 slots gave 52 runs/s, 4 gave 78 and
+    # 8 gave 87 (benchmarks/tool_throughput.py). Each slot may hold sandbox_limits.memory_mb of memory.
+    max_concurrency: int = 0
+    max_waiting: int = 1024  # requests waiting for a slot beyond this get 503
+    max_body_bytes: int = 2 * 1024 * 1024
+    socket_timeout_s: float = 60.0  # a client that stops sending mid-request is dropped
 
 
 @dataclass(frozen=True)
@@ -170,6 +219,24 @@ class CheckpointConfig:
     every: int = 0  # steps between checkpoints; 0: only the last step
     keep_last_n: int = 2
     save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Metric loggers (relay/loggers.py). TensorBoard, W&B and MLflow need `relay[loggers]`."""
+    console: bool = True
+    jsonl: bool = True
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "relay"
+    # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
+    wandb_mode: str = "offline"  # one of WANDB_MODES
+    mlflow: bool = False
+    # None: a SQLite store in run_dir (see relay.loggers.MLflowLogger for why not a file store).
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "relay"
+    # Non-TTY console (e.g. `ray job submit` logs): one line every this many steps.
+    console_every: int = 10
 
 
 @dataclass(frozen=True)

