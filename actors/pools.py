@@ -143,7 +143,7 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
     from relay.tools.registry import ToolRegistry
 
     registry = ToolRegistry([resolve_dotted(f) for f in tl.functions])
-    executors = create_group(ToolExecutor, "tools", tl.executors, run_name, lambda i: (tl.limits, tl.sandbox, registry, tl.max_workers), groups)
+    executors = create_group(ToolExecutor, "tools", tl.executors, run_name, lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers), groups)
     try:
         ray.get([ex.sandbox_mode.remote() for ex in executors])
     except ray.exceptions.RayActorError as e:

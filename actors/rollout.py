@@ -37,9 +37,7 @@ class RolloutWorker:
         self.agent = self._agent(env_pool, tool_executors or []) if cfg.tools.enabled or cfg.task.env else None
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
-        r, tl = self.cfg.rollout, self.cfg.tools
-        limits = AgentLimits(max_turns=r.max_turns, max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
-                             max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens, max_total_tokens=r.max_total_tokens)
+        tl, limits = self.cfg.tools, AgentLimits.from_config(self.cfg)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
         env = {}
         if self.cfg.task.env:
@@ -56,14 +54,10 @@ class RolloutWorker:
         """run_tools(calls) -> results, and the tools' schemas, for the executor pool or the tool server."""
         tl = self.cfg.tools
         if tl.server_url is not None:
-            from relay.tools.client import ToolClient, ToolClientConfig
+            from relay.tools.client import ToolClient
             from relay.tools.registry import PythonTool, ToolRegistry
 
-            client = ToolClient(ToolClientConfig(
-                enabled=True, server_url=tl.server_url, max_tool_turns=tl.max_tool_turns, max_retries=tl.max_retries,
-                retry_delay=tl.retry_delay, timeout=tl.timeout, max_workers=tl.max_workers,
-                request_interval=tl.request_interval, max_output_bytes=tl.limits.max_output_bytes))
-            registry = ToolRegistry([PythonTool.remote(client), *(resolve_dotted(f) for f in tl.functions)])
+            registry = ToolRegistry([PythonTool.remote(ToolClient(tl)), *(resolve_dotted(f) for f in tl.functions)])
             threads = ThreadPoolExecutor(tl.max_workers, thread_name_prefix="relay-tool-client")
             return (lambda calls: list(threads.map(registry.call, calls))), registry.schemas()
         if not executors:

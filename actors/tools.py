@@ -9,20 +9,21 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from relay.config import SandboxConfig, ToolServerConfig
 from relay.tools.parsers import ToolCall
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
-from relay.tools.sandbox import SandboxConfig, make_runner
-from relay.tools.server import ToolServer, ToolServerConfig
+from relay.tools.sandbox import make_runner
+from relay.tools.server import ToolServer
 
 
 class ToolExecutor:
-    def __init__(self, sandbox: SandboxConfig | None = None, mode: str = "bwrap",
+    def __init__(self, sandbox_limits: SandboxConfig | None = None, sandbox: str = "bwrap",
                  registry: ToolRegistry | None = None, max_workers: int = 0):
-        """mode: "bwrap" refuses (SandboxUnavailable) where the sandbox cannot be built;
-        "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
-        self.sandbox = sandbox or SandboxConfig()
-        self.mode = mode
-        self._run = make_runner(mode, self.sandbox)
+        """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
+        sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
+        self.sandbox_limits = sandbox_limits or SandboxConfig()
+        self.sandbox = sandbox
+        self._run = make_runner(sandbox, self.sandbox_limits)
         self.registry = registry if registry is not None else ToolRegistry()
         if "python" not in self.registry:
             self.registry.register(PythonTool(self.run_code))
@@ -35,7 +36,7 @@ class ToolExecutor:
 
     def sandbox_mode(self) -> str:
         """A cheap call: answers once the sandbox was built (pools.py waits on it)."""
-        return self.mode
+        return self.sandbox
 
     def run_code(self, code: str) -> ToolResult:
         """Run Python code in the sandbox; the result as the model will see it."""
@@ -48,7 +49,7 @@ class ToolExecutor:
     def start_server(self, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 0) -> str:
         """Serve this executor's sandbox over HTTP (relay.tools.server protocol); returns the URL."""
         if self._server is None:
-            cfg = ToolServerConfig(host=host, port=port, mode=self.mode, sandbox=self.sandbox,
+            cfg = ToolServerConfig(host=host, port=port, sandbox=self.sandbox, sandbox_limits=self.sandbox_limits,
                                    max_concurrency=max_concurrency or self.max_workers)
             self._server = ToolServer(cfg, runner=self._run).start()
         return self._server.url

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from relay.chat import ChatFormat
+from relay.config import Config
 from relay.data import row_messages
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
@@ -56,6 +57,14 @@ class AgentLimits:
             raise ValueError(f"invalid agent limits: {self}")
         if self.max_total_tokens < self.max_tokens_per_turn:
             raise ValueError(f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})")
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> AgentLimits:
+        """The limits rollout.* and tools.* set (validate() has checked them): max_tool_turns only
+        with tools.enabled, max_tokens_per_turn defaults to rollout.max_new_tokens."""
+        r, tl = cfg.rollout, cfg.tools
+        return cls(max_turns=r.max_turns, max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
+                   max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens, max_total_tokens=r.max_total_tokens)
 
 
 # ------------------------------------------------------------------------------ the loop

@@ -7,8 +7,10 @@ keyed by slash-separated names ("reward/mean", "kl/mean", ...).
 `step` counts finished training steps from 1 (a resumed run continues the count), so the
 console bar reads "step/total".
 
-TensorBoard, W&B and MLflow are optional: they are imported only when enabled, and a missing
-package fails at start-up with the pip extra to install (`relay[loggers]`), not mid-run.
+TensorBoard, W&B and MLflow are optional: they are imported only when enabled. The settings are
+`LoggingConfig` (logging.* of the config tree); relay.config.validate_logging checks before any
+actor starts that each enabled logger's package is installed and that wandb_mode is known, so a
+missing package fails with the pip extra to install (`relay[loggers]`), not after the models load.
 
 Keys the console shows when present (anything else still reaches every file backend):
 "reward/mean", "kl/mean", "rollout/tokens_per_s", "time/step_s".
@@ -19,9 +21,10 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
+
+from relay.config import LOGGERS_EXTRA, LoggingConfig
 
 # (label, key, format) of the fields on the console line, in display order.
 CONSOLE_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -30,25 +33,6 @@ CONSOLE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("tok/s", "rollout/tokens_per_s", "{:,.0f}"),
     ("step time", "time/step_s", "{:.2f}s"),
 )
-WANDB_MODES = ("online", "offline", "disabled", "shared")
-LOGGERS_EXTRA = "relay[loggers]"
-
-
-@dataclass(frozen=True)
-class LoggingConfig:
-    console: bool = True
-    jsonl: bool = True
-    tensorboard: bool = False
-    wandb: bool = False
-    wandb_project: str = "relay"
-    # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
-    wandb_mode: str = "offline"
-    mlflow: bool = False
-    # None: a SQLite store in run_dir (see MLflowLogger for why not a file store).
-    mlflow_tracking_uri: str | None = None
-    mlflow_experiment: str = "relay"
-    # Non-TTY console (e.g. `ray job submit` logs): one line every this many steps.
-    console_every: int = 10
 
 
 @runtime_checkable
@@ -348,28 +332,23 @@ class MultiLogger:
         self.close()
 
 
-def make_loggers(logging_cfg: Any, run_dir: Path, run_name: str, config_dict: dict,
+def make_loggers(logging_cfg: LoggingConfig, run_dir: Path, run_name: str, config_dict: dict,
                  total_steps: int) -> MultiLogger:
-    """Build the loggers `logging_cfg` enables (any object with LoggingConfig's attributes)."""
+    """Build the loggers `logging_cfg` enables (checked by relay.config.validate_logging)."""
     run_dir = Path(run_dir)
-    mode = getattr(logging_cfg, "wandb_mode", "offline")
-    if logging_cfg.wandb and mode not in WANDB_MODES:
-        raise ValueError(f"logging.wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
     builders = []
     if logging_cfg.console:
-        every = getattr(logging_cfg, "console_every", 10)
-        builders.append(lambda: ConsoleLogger(total_steps, every=every))
+        builders.append(lambda: ConsoleLogger(total_steps, every=logging_cfg.console_every))
     if logging_cfg.jsonl:
         builders.append(lambda: JsonlLogger(run_dir))
     if logging_cfg.tensorboard:
         builders.append(lambda: TensorBoardLogger(run_dir, config_dict))
     if logging_cfg.wandb:
-        builders.append(lambda: WandbLogger(run_dir, run_name, logging_cfg.wandb_project, mode,
-                                            config_dict))
+        builders.append(lambda: WandbLogger(run_dir, run_name, logging_cfg.wandb_project,
+                                            logging_cfg.wandb_mode, config_dict))
     if logging_cfg.mlflow:
-        builders.append(lambda: MLflowLogger(
-            run_dir, run_name, config_dict, logging_cfg.mlflow_tracking_uri,
-            getattr(logging_cfg, "mlflow_experiment", "relay")))
+        builders.append(lambda: MLflowLogger(run_dir, run_name, config_dict, logging_cfg.mlflow_tracking_uri,
+                                             logging_cfg.mlflow_experiment))
     made: list[Logger] = []
     try:
         for build in builders:

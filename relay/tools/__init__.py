@@ -5,5 +5,5 @@
     relay.tools.schema    function_schema(fn), validate_arguments(name, arguments, parameters)
     relay.tools.sandbox   SandboxConfig, run_code, sandbox_available, make_runner
     relay.tools.server    python -m relay.tools.server --port 30003
-    relay.tools.client    ToolClient(ToolClientConfig(...)).execute(code)
+    relay.tools.client    ToolClient(ToolsConfig(server_url=...)).execute(code)   (relay.config.ToolsConfig)
 """

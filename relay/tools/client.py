@@ -1,10 +1,11 @@
-"""Client of the tool server (relay.tools.server), with the knobs of the seeds' tool-enabled PPO:
+"""Client of the tool server (relay.tools.server). Its settings are the tools.* keys of the config
+tree (relay.config.ToolsConfig), the seeds' tool_config knobs:
 
-    tools.client.enabled=true tools.client.server_url=http://127.0.0.1:30003 tools.client.max_tool_turns=3
-    tools.client.max_retries=3 tools.client.retry_delay=1.0 tools.client.timeout=30.0
-    tools.client.max_workers=10 tools.client.request_interval=0.1
+    tools.enabled=true tools.server_url=http://127.0.0.1:30003 tools.max_tool_turns=3
+    tools.max_retries=3 tools.retry_delay=1.0 tools.timeout=30.0 tools.max_workers=10 tools.request_interval=0.1
 
-`execute(code)` and `execute_batch(codes)` return ToolResults and never raise.
+`execute(code)` and `execute_batch(codes)` return ToolResults and never raise. Outputs longer
+than tools.sandbox_limits.max_output_bytes are cut with "...[truncated N bytes]".
 
 Retries are only for failures where the server never answered: connection refused or reset
 before a response, and 502/503/504 from the server or a proxy in front of it. A request that got
@@ -20,38 +21,12 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from relay.config import ConfigError, ToolsConfig, validate_sandbox_limits, validate_tool_client
 from relay.tools.registry import ToolResult
 
 _RETRY_STATUS = (502, 503, 504)
-
-
-@dataclass(frozen=True)
-class ToolClientConfig:
-    enabled: bool = False
-    server_url: str = "http://127.0.0.1:30003"
-    max_tool_turns: int = 3  # tool calls per rollout; read by the agent loop, not by the client
-    max_retries: int = 3  # extra attempts after the first, for retry-safe failures only
-    retry_delay: float = 1.0  # seconds before the first retry; doubles each time
-    timeout: float = 30.0  # seconds for one execute(), all attempts included
-    max_workers: int = 10  # parallel requests in execute_batch
-    request_interval: float = 0.1  # seconds between the starts of consecutive requests
-    max_output_bytes: int = 16 * 1024  # longer outputs are cut with "...[truncated N bytes]"
-
-    def validate(self) -> list[str]:
-        errors = []
-        parts = urlsplit(self.server_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            errors.append(f"tools.client.server_url must be http(s)://host:port, got {self.server_url!r}")
-        for name in ("max_tool_turns", "max_retries", "retry_delay", "request_interval"):
-            if getattr(self, name) < 0:
-                errors.append(f"tools.client.{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("timeout", "max_workers", "max_output_bytes"):
-            if not getattr(self, name) > 0:
-                errors.append(f"tools.client.{name} must be > 0, got {getattr(self, name)!r}")
-        return errors
 
 
 def truncate(text: str, max_bytes: int) -> str:
@@ -67,10 +42,13 @@ class _Retry(Exception):
 
 
 class ToolClient:
-    def __init__(self, cfg: ToolClientConfig = ToolClientConfig()):
-        errors = cfg.validate()
-        if errors:
-            raise ValueError("; ".join(errors))
+    def __init__(self, cfg: ToolsConfig):
+        """cfg.server_url must be set; the knobs are checked as validate() checks tools.*."""
+        problems = validate_tool_client(cfg) + validate_sandbox_limits(cfg.sandbox_limits, "tools.sandbox_limits.")
+        if cfg.server_url is None:
+            problems.insert(0, "tools.server_url: a tool client needs the server's http(s)://host:port, got None")
+        if problems:
+            raise ConfigError(problems)
         self.cfg = cfg
         parts = urlsplit(cfg.server_url)
         self._https = parts.scheme == "https"
@@ -157,7 +135,7 @@ class ToolClient:
                                                   f"attempt(s) in {time.monotonic() - t0:.1f} s: {last}"), t0)
 
     def _finish(self, res: ToolResult, t0: float) -> ToolResult:
-        res.output = truncate(res.output, self.cfg.max_output_bytes)
+        res.output = truncate(res.output, self.cfg.sandbox_limits.max_output_bytes)
         res.seconds = time.monotonic() - t0
         return res
 

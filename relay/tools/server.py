@@ -28,28 +28,13 @@ import signal
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, get_args
 
-from relay.tools.sandbox import SandboxConfig, SandboxResult, make_runner
+from relay.config import ConfigError, SandboxConfig, SandboxMode, ToolServerConfig, validate_tool_server
+from relay.tools.sandbox import SandboxResult, make_runner
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ToolServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 30003  # 0: any free port (see ToolServer.url)
-    mode: str = "bwrap"  # "bwrap" | "none" (tools.sandbox=none: unsafe, loud)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    # Sandboxes running at once; 0: two per CPU core. A run spends much of its ~40 ms in kernel
-    # namespace set-up rather than on a core: on 2 cores, 2 slots gave 52 runs/s, 4 gave 78 and
-    # 8 gave 87 (benchmarks/tool_throughput.py). Each slot may hold sandbox.memory_mb of memory.
-    max_concurrency: int = 0
-    max_waiting: int = 1024  # requests waiting for a slot beyond this get 503
-    max_body_bytes: int = 2 * 1024 * 1024
-    socket_timeout_s: float = 60.0  # a client that stops sending mid-request is dropped
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -155,9 +140,12 @@ class ToolServer:
 
     def __init__(self, cfg: ToolServerConfig = ToolServerConfig(),
                  runner: Callable[[str], SandboxResult] | None = None):
+        problems = validate_tool_server(cfg)
+        if problems:
+            raise ConfigError(problems)
         self.cfg = cfg
-        # Refuses here, before binding, when the sandbox cannot be built (mode="bwrap").
-        self.runner = runner or make_runner(cfg.mode, cfg.sandbox)
+        # Refuses here, before binding, when the sandbox cannot be built (sandbox="bwrap").
+        self.runner = runner or make_runner(cfg.sandbox, cfg.sandbox_limits)
         slots = cfg.max_concurrency or 2 * (os.cpu_count() or 1)
         self.slots = slots
         self._slots = _FifoSlots(slots)
@@ -180,13 +168,12 @@ class ToolServer:
 
     def health(self) -> dict:
         with self._lock:
-            return {"ok": True, "sandbox": self.cfg.mode, "slots": self.slots, "running": self._running,
+            limits = self.cfg.sandbox_limits
+            return {"ok": True, "sandbox": self.cfg.sandbox, "slots": self.slots, "running": self._running,
                     "waiting": self._waiting, "served": self._served,
-                    "limits": {"wall_timeout_s": self.cfg.sandbox.wall_timeout_s,
-                               "cpu_seconds": self.cfg.sandbox.cpu_seconds,
-                               "memory_mb": self.cfg.sandbox.memory_mb,
-                               "max_pids": self.cfg.sandbox.max_pids,
-                               "max_output_bytes": self.cfg.sandbox.max_output_bytes}}
+                    "limits": {"wall_timeout_s": limits.wall_timeout_s, "cpu_seconds": limits.cpu_seconds,
+                               "memory_mb": limits.memory_mb, "max_pids": limits.max_pids,
+                               "max_output_bytes": limits.max_output_bytes}}
 
     def execute(self, code: str) -> tuple[int, dict]:
         """(HTTP status, body): wait for a slot, run the code in the sandbox."""
@@ -238,35 +225,37 @@ class ToolServer:
         self.stop()
 
 
+_LIMIT_FLAGS = ("wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes", "tmpfs_mb",
+                "max_open_files", "file_size_mb", "cpu_cores")
+
+
 def main(argv: list[str] | None = None) -> None:
-    d = SandboxConfig()
+    d, limits = ToolServerConfig(), SandboxConfig()
     p = argparse.ArgumentParser(prog="python -m relay.tools.server", description=__doc__.split("\n")[0])
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: loopback only)")
-    p.add_argument("--port", type=int, default=30003, help="0 picks a free port (printed on start)")
-    p.add_argument("--sandbox", choices=["bwrap", "none"], default="bwrap",
+    p.add_argument("--host", default=d.host, help="bind address (default 127.0.0.1: loopback only)")
+    p.add_argument("--port", type=int, default=d.port, help="0 picks a free port (printed on start)")
+    p.add_argument("--sandbox", choices=get_args(SandboxMode), default=d.sandbox,
                    help="none runs code UNSANDBOXED (unsafe explicit opt-out)")
-    p.add_argument("--max-concurrency", type=int, default=0, help="sandboxes at once (0: two per CPU core)")
-    p.add_argument("--max-waiting", type=int, default=1024)
-    for name in ("wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes", "tmpfs_mb",
-                 "max_open_files", "file_size_mb", "cpu_cores"):
-        default = getattr(d, name)
+    p.add_argument("--max-concurrency", type=int, default=d.max_concurrency, help="sandboxes at once (0: two per CPU core)")
+    p.add_argument("--max-waiting", type=int, default=d.max_waiting)
+    # The sandbox_limits, one flag each (--memory-mb is sandbox_limits.memory_mb).
+    for name in _LIMIT_FLAGS:
+        default = getattr(limits, name)
         p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
-    p.add_argument("--python", default=d.python, help="interpreter inside the sandbox")
+    p.add_argument("--python", default=limits.python, help="interpreter inside the sandbox")
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sandbox = SandboxConfig(**{k: getattr(a, k) for k in (
-        "wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes", "tmpfs_mb",
-        "max_open_files", "file_size_mb", "cpu_cores", "python")})
-    cfg = ToolServerConfig(host=a.host, port=a.port, mode=a.sandbox, sandbox=sandbox,
+    sandbox_limits = SandboxConfig(**{k: getattr(a, k) for k in (*_LIMIT_FLAGS, "python")})
+    cfg = ToolServerConfig(host=a.host, port=a.port, sandbox=a.sandbox, sandbox_limits=sandbox_limits,
                            max_concurrency=a.max_concurrency, max_waiting=a.max_waiting)
     try:
         server = ToolServer(cfg)
-    except Exception as e:  # SandboxUnavailable / bad limits: one clear line, non-zero exit
+    except Exception as e:  # SandboxUnavailable / bad settings: what is wrong, non-zero exit
         print(f"relay.tools.server: {e}", file=sys.stderr)
         sys.exit(2)
     # The first stdout line is machine-readable: tests and launchers read the port from it.
-    print(f"relay tool server listening on {server.url} (sandbox={cfg.mode}, slots={server.slots})", flush=True)
+    print(f"relay tool server listening on {server.url} (sandbox={cfg.sandbox}, slots={server.slots})", flush=True)
     def _interrupt(signum, frame):
         raise KeyboardInterrupt
 

@@ -109,7 +109,7 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
 def test_tool_server_path():
     from relay.tools.server import ToolServer, ToolServerConfig
 
-    with ToolServer(ToolServerConfig(port=0, sandbox=SandboxConfig(wall_timeout_s=5, cpu_seconds=2))) as server:
+    with ToolServer(ToolServerConfig(port=0, sandbox_limits=SandboxConfig(wall_timeout_s=5, cpu_seconds=2))) as server:
         cfg = math_cfg(f"tools.server_url={server.url}", "tools.max_retries=0")
         worker, env, executors, groups = start(cfg, "test-mt-server")
         assert executors == []
@@ -122,7 +122,7 @@ def test_tool_server_path():
 
 
 def test_unbuildable_sandbox_fails_before_other_actors():
-    cfg = math_cfg("tools.limits.python=/nonexistent/python3")
+    cfg = math_cfg("tools.sandbox_limits.python=/nonexistent/python3")
     groups = []
     with pytest.raises(RuntimeError, match="tools.sandbox=none") as info:
         create_tool_executors(cfg, "test-mt-nosandbox", groups)

@@ -397,7 +397,8 @@ def test_64_concurrent_mixed_runs(server):
 def test_tool_executor_runs_calls_in_parallel_and_serves_http(server):
     # The ToolExecutor (actors/tools.py) uses the same sandbox in-process and can serve it.
     from actors.tools import ToolExecutor
-    from relay.tools.client import ToolClient, ToolClientConfig
+    from relay.config import ToolsConfig
+    from relay.tools.client import ToolClient
     from relay.tools.parsers import ToolCall
     from relay.tools.registry import ToolRegistry
     from relay.tools.sandbox import SandboxConfig
@@ -425,7 +426,7 @@ def test_tool_executor_runs_calls_in_parallel_and_serves_http(server):
         assert not results[8].ok and "unexpected argument 'timeout'" in results[8].error
         assert not results[9].ok and "unknown tool 'nope'" in results[9].error
         url = ex.start_server()
-        client = ToolClient(ToolClientConfig(server_url=url, request_interval=0))
+        client = ToolClient(ToolsConfig(server_url=url, request_interval=0))
         assert client.health()["ok"]
         assert [r.output for r in client.execute_batch(["print('a')", "print('b')"])] == ["a\n", "b\n"]
     finally:

@@ -68,3 +68,78 @@ def test_resolved_config_round_trips(tmp_path):
     save_resolved(cfg, tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == cfg
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["training"]["steps"] == 7
+
+
+def test_old_tool_keys_are_unknown_with_the_new_name():
+    # tools.limits became tools.sandbox_limits (tools.sandbox is the mode, as on the tool server).
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs/math_tool.yaml", ["tools.limits.memory_mb=128"])
+    assert err.value.problems == ["tools.limits: unknown key (did you mean tools.sandbox_limits?)"]
+    cfg = load_config(REPO / "configs/math_tool.yaml", ["tools.sandbox=none", "tools.sandbox_limits.memory_mb=128"])
+    assert cfg.tools.sandbox == "none" and cfg.tools.sandbox_limits.memory_mb == 128
+
+
+def test_sandbox_limits_and_client_settings_are_checked_with_their_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs/math_tool.yaml", [
+            "tools.sandbox_limits.memory_mb=0", "tools.sandbox_limits.max_pids=2", "tools.sandbox=docker",
+            "tools.server_url=ftp://x", "tools.timeout=0", "tools.parser=tagg"])
+    text = "\n".join(err.value.problems)
+    assert "tools.sandbox_limits.memory_mb: must be > 0, got 0" in text
+    assert "tools.sandbox_limits.max_pids: must be >= 4" in text
+    assert "tools.sandbox: 'docker' is not one of ['bwrap', 'none']" in text
+    assert "tools.server_url: must be http(s)://host:port, got 'ftp://x'" in text
+    assert "tools.timeout: must be > 0" in text
+    assert "tools.parser: 'tagg' is not one of" in text
+    assert len(err.value.problems) == 6
+
+
+def test_tool_parser_names_match_the_parsers():
+    from relay.config import TOOL_PARSERS
+    from relay.tools.parsers import PARSERS
+
+    assert sorted(TOOL_PARSERS) == sorted(PARSERS)
+
+
+def test_tool_server_settings_share_the_checks():
+    from relay.config import SandboxConfig, ToolServerConfig, validate_tool_server
+
+    assert validate_tool_server(ToolServerConfig()) == []
+    assert validate_tool_server(ToolServerConfig(port=-1, sandbox="docker", sandbox_limits=SandboxConfig(wall_timeout_s=0))) == [
+        "sandbox: 'docker' is not one of ['bwrap', 'none']", "port: must be in [0, 65535], got -1",
+        "sandbox_limits.wall_timeout_s: must be > 0, got 0"]
+
+
+def test_enabled_loggers_need_their_packages_before_any_actor_starts(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not importable
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs/default.yaml", ["logging.wandb=true"])
+    assert err.value.problems == ["logging.wandb: the `wandb` package is not installed: pip install 'relay[loggers]' (or set logging.wandb=false)"]
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs/default.yaml", ["logging.wandb_mode=cloud", "logging.wandb=true"])
+    assert "logging.wandb_mode: 'cloud' is not one of ['online', 'offline', 'disabled', 'shared']" in err.value.problems
+    assert load_config(REPO / "configs/default.yaml", ["logging.wandb_mode=cloud"]).logging.wandb_mode == "cloud"  # unused while wandb is off
+
+
+def test_dotted_paths_resolve_once_per_process():
+    from relay.config import resolve_dotted
+
+    path = "relay.envs.arithmetic:arithmetic_reward"
+    assert resolve_dotted(path) is resolve_dotted(path)
+    hits = resolve_dotted.cache_info().hits
+    load_config(REPO / "configs/default.yaml")  # validate() loads task.reward_fn: from the cache
+    assert resolve_dotted.cache_info().hits > hits
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs/math_tool.yaml", ["tools.functions=[no_such_pkg:tool]"])
+    assert "tools.functions[0]: cannot load 'no_such_pkg:tool'" in str(err.value)
+
+
+def test_agent_limits_are_built_from_the_config():
+    from relay.agent import AgentLimits
+
+    cfg = load_config(REPO / "configs/math_tool.yaml")
+    assert AgentLimits.from_config(cfg) == AgentLimits(max_turns=3, max_tool_turns=2, max_tokens_per_turn=32, max_total_tokens=128)
+    textgame = load_config(REPO / "configs/textgame.yaml")  # no tools: no tool turns
+    assert AgentLimits.from_config(textgame).max_tool_turns == 0

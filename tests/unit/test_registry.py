@@ -286,5 +286,5 @@ def test_bwrap_mode_refuses_with_what_is_missing(monkeypatch):
         PythonTool.sandboxed(mode="bwrap")
     with pytest.raises(ValueError, match="unknown sandbox mode 'docker'"):
         sandbox.make_runner("docker")
-    with pytest.raises(ValueError, match="wall_timeout_s must be > 0"):
+    with pytest.raises(ValueError, match="wall_timeout_s: must be > 0"):
         sandbox.make_runner("none", sandbox.SandboxConfig(wall_timeout_s=0))

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from relay.tools.client import ToolClient, ToolClientConfig, truncate
+from relay.config import ConfigError, SandboxConfig, ToolsConfig
+from relay.tools.client import ToolClient, truncate
 
 
 class Scripted(ThreadingHTTPServer):
@@ -81,20 +82,27 @@ def make_server():
         t.join()
 
 
-def client_for(srv: Scripted, **kw) -> ToolClient:
+def client_for(srv: Scripted, max_output_bytes: int | None = None, **kw) -> ToolClient:
     kw = {"retry_delay": 0.01, "request_interval": 0.0, "timeout": 10.0, **kw}
-    return ToolClient(ToolClientConfig(server_url=f"http://127.0.0.1:{srv.server_address[1]}", **kw))
+    if max_output_bytes is not None:
+        kw["sandbox_limits"] = SandboxConfig(max_output_bytes=max_output_bytes)
+    return ToolClient(ToolsConfig(server_url=f"http://127.0.0.1:{srv.server_address[1]}", **kw))
 
 
-def test_defaults_match_the_seeds_knobs():
-    c = ToolClientConfig()
+def test_settings_are_the_tools_config():
+    # One set of fields and defaults: the client reads tools.* (the seeds' knobs) of the config tree.
+    c = ToolsConfig()
     assert (c.enabled, c.server_url, c.max_tool_turns, c.max_retries, c.retry_delay, c.timeout,
-            c.max_workers, c.request_interval) == (False, "http://127.0.0.1:30003", 3, 3, 1.0, 30.0, 10, 0.1)
-    assert ToolClientConfig(server_url="ftp://x", timeout=0).validate() == [
-        "tools.client.server_url must be http(s)://host:port, got 'ftp://x'",
-        "tools.client.timeout must be > 0, got 0"]
-    with pytest.raises(ValueError):
-        ToolClient(ToolClientConfig(max_workers=0))
+            c.max_workers, c.request_interval) == (False, None, 3, 3, 1.0, 30.0, 8, 0.0)
+    with pytest.raises(ConfigError) as err:
+        ToolClient(ToolsConfig(server_url="ftp://x", timeout=0))
+    assert err.value.problems == [
+        "tools.server_url: must be http(s)://host:port, got 'ftp://x'",
+        "tools.timeout: must be > 0, got 0"]
+    with pytest.raises(ValueError, match="tools.max_workers: must be > 0"):
+        ToolClient(ToolsConfig(server_url="http://127.0.0.1:30003", max_workers=0))
+    with pytest.raises(ValueError, match="tools.server_url: a tool client needs"):
+        ToolClient(ToolsConfig())
 
 
 def test_success(make_server):
@@ -149,8 +157,8 @@ def test_connection_refused_is_retried_then_reported():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens on port now
-    c = ToolClient(ToolClientConfig(server_url=f"http://127.0.0.1:{port}", retry_delay=0.01, max_retries=2,
-                                    request_interval=0))
+    c = ToolClient(ToolsConfig(server_url=f"http://127.0.0.1:{port}", retry_delay=0.01, max_retries=2,
+                               request_interval=0))
     r = c.execute("x")
     assert not r.ok and "unavailable after 3 attempt(s)" in r.error and "cannot reach" in r.error
     assert c.health() is None

@@ -37,15 +37,15 @@ Beyond the recipe (each found by probing this machine, see the tests in tests/sa
 - The code reaches the sandbox through a memfd (`--ro-bind-data`): no argv size limit, nothing
   written to the host's disk.
 
-Limits come only from `SandboxConfig` (the server/executor config). Nothing a model writes in a
-tool call reaches this package except the code string.
+Limits come only from `SandboxConfig` (tools.sandbox_limits, or the tool server's sandbox_limits).
+Nothing a model writes in a tool call reaches this package except the code string.
 
 `run_code` returns a `SandboxResult` for everything the code does (time-outs, kills, crashes)
 and for per-run infrastructure failures (`error` set); it raises `SandboxUnavailable` only when
 the sandbox cannot be built at all, which is a set-up problem to fix, not a model outcome.
 
 The package:
-    config.py    SandboxConfig, SandboxResult, SandboxUnavailable
+    config.py    SandboxResult, SandboxUnavailable; SandboxConfig (the limits) from relay.config
     cgroups.py   cgroup layout discovery, the per-run cgroup, sweeping stale ones, swap probing
     launch.py    the bubblewrap argv, rlimits, child set-up, output collection, the `_run` core
     here         the public API (sandbox_available, run_code, run_code_unsandboxed, make_runner)
@@ -64,6 +64,7 @@ import threading
 import warnings
 from typing import Callable
 
+from relay.config import ConfigError, validate_sandbox_limits
 from relay.tools.sandbox.cgroups import _CG_PREFIX, _cgroup_layout, _swap_total_kb, _sweep_stale_cgroups
 from relay.tools.sandbox.config import SandboxConfig, SandboxResult, SandboxUnavailable
 from relay.tools.sandbox.launch import MAIN, SANDBOX_UID, WORKDIR, _Launch, _run, _run_bwrap
@@ -101,7 +102,8 @@ def _probe_uncached(cfg: SandboxConfig) -> tuple[_Launch | None, str]:
         return None, f"bubblewrap (bwrap) is not on PATH: {_FIX_BWRAP}, {_OPT_OUT}"
     if not os.path.isfile(cfg.python):
         return None, (f"no Python interpreter at {cfg.python} for the sandbox: install python3 from "
-                      f"the OS packages or set sandbox.python (and sandbox.ro_binds); {_OPT_OUT}")
+                      f"the OS packages or set tools.sandbox_limits.python (and tools.sandbox_limits.ro_binds); "
+                      f"{_OPT_OUT}")
     layout = _cgroup_layout()
     if isinstance(layout, str):
         return None, f"cgroups unavailable: {layout}; {_OPT_OUT}"
@@ -187,16 +189,17 @@ def run_code_unsandboxed(code: str, cfg: SandboxConfig | None = None) -> Sandbox
 
 
 def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callable[[str], SandboxResult]:
-    """A function code -> SandboxResult for `tools.sandbox` = "bwrap" (default) or "none".
+    """A function code -> SandboxResult for the sandbox mode (`tools.sandbox`) "bwrap" (default)
+    or "none", with the limits `cfg` (`tools.sandbox_limits`).
 
     "bwrap" refuses (SandboxUnavailable) where the sandbox cannot be built, saying what is
     missing and how to fix it. "none" is the explicit opt-out: it warns loudly and runs code
-    without isolation.
+    without isolation. Limits that fail relay.config's checks raise ConfigError (a ValueError).
     """
     cfg = cfg or SandboxConfig()
-    errors = cfg.validate()
-    if errors:
-        raise ValueError("; ".join(errors))
+    problems = validate_sandbox_limits(cfg)
+    if problems:
+        raise ConfigError(problems)
     if mode == "bwrap":
         ok, reason = sandbox_available(cfg)
         if not ok:

@@ -1,0 +1,128 @@
+"""YAML + `a.b=value` overrides -> a typed Config, every problem listed at once with its key path
+(after torchtune's config/_validate.py); and the resolved config written back as YAML."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from relay.config.schema import Config, ConfigError
+from relay.config.validate import validate
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """YAML file (optional) + `a.b=value` overrides -> validated Config, or ConfigError."""
+    raw: dict[str, Any] = {}
+    problems: list[str] = []
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError([f"config file not found: {path}"])
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError([f"{path}: top level must be a mapping of sections"])
+        raw = loaded
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            problems.append(f"override {item!r}: expected key.path=value")
+            continue
+        node = raw
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+    cfg = _build(Config, raw, "", problems)
+    # Validate the best-effort tree too (bad values were replaced by defaults), skipping keys
+    # that already have a problem, so one run lists everything.
+    bad_keys = {problem.split(":")[0] for problem in problems}
+    problems += [problem for problem in validate(cfg) if problem.split(":")[0] not in bad_keys]
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def save_resolved(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def _build(cls, data: Any, prefix: str, problems: list[str]):
+    if not isinstance(data, dict):
+        problems.append(f"{prefix.rstrip('.') or '<root>'}: expected a mapping, got {type(data).__name__}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            problems.append(f"{path}: unknown key" + (f" (did you mean {prefix}{close[0]}?)" if close else f" (valid: {', '.join(names)})"))
+            continue
+        kwargs[key] = _coerce(hints[key], value, path, problems)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # only reachable through a bad nested default
+        problems.append(f"{prefix or '<root>'}: {e}")
+        return cls()
+
+
+def _coerce(tp, value, path: str, problems: list[str]):
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path + ".", problems)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, path, problems)
+    if origin is Literal:
+        if value not in args:
+            close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+            problems.append(f"{path}: {value!r} is not one of {list(args)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            return args[0]
+        return value
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            problems.append(f"{path}: expected a list, got {type(value).__name__}")
+            return ()
+        return tuple(_coerce(args[0], v, f"{path}[{i}]", problems) for i, v in enumerate(value))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{path}: expected a mapping, got {type(value).__name__}")
+            return {}
+        return dict(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            problems.append(f"{path}: expected a number, got {value!r}")
+            return 0.0
+        try:
+            return float(value)  # YAML 1.1 reads "1e-5" as a string
+        except ValueError:
+            problems.append(f"{path}: expected a number, got {value!r}")
+            return 0.0
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{path}: expected an integer, got {value!r}")
+            return 0
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{path}: expected true or false, got {value!r}")
+            return False
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            problems.append(f"{path}: expected a string, got {value!r}")
+            return ""
+        return value
+    return value

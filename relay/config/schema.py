@@ -1,0 +1,265 @@
+"""The typed, frozen config tree: every setting relay reads, with its default.
+
+`Config` is the tree the driver loads (relay.config.load) and checks (relay.config.validate).
+The tool server's settings (`ToolServerConfig`) share its sandbox types; the sandbox, the tool
+client, the loggers and the agent loop read their settings from these classes, so each setting
+has one name and one default.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def __reduce__(self):  # rebuilt from the list when it crosses a Ray task boundary
+        return ConfigError, (self.problems,)
+
+
+# bwrap: the bubblewrap sandbox (relay/tools/sandbox/); none: model code runs UNSANDBOXED (loud warning).
+SandboxMode = Literal["bwrap", "none"]
+# The names relay.tools.parsers.PARSERS answers to (a unit test keeps the two equal).
+TOOL_PARSERS = ("tag", "hermes", "json", "react", "function_call", "pythonic")
+WANDB_MODES = ("online", "offline", "disabled", "shared")
+LOGGERS_EXTRA = "relay[loggers]"  # the pip extra with tensorboard, wandb and mlflow
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "tiny-grpo"
+    output_dir: str = "runs"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    # "tiny" = the built-in model shipped in relay/models/shipped/ (the task's own warm start for the
+    # built-in agent tasks); else a local HF folder or a hub name.
+    path: str = "tiny"
+    tokenizer_path: str | None = None  # defaults to `path`
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "arithmetic"  # built-in task, or "custom" with train_file
+    train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
+    eval_file: str | None = None
+    prompt_key: str = "prompt"
+    answer_key: str = "ground_truth"
+    reward_fn: str = "relay.envs.arithmetic:arithmetic_reward"  # dotted path to a function(sample, env)
+    env: str | None = None  # dotted path to an Environment class (multi-turn)
+    system_prompt: str | None = None
+    digits: int = 2  # built-in arithmetic: operand size
+    num_train_rows: int = 50_000
+    num_eval_rows: int = 256
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    n: int = 8  # samples per prompt (the GRPO group)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 8
+    stop: tuple[str, ...] = ()
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the engine untouched
+    # Multi-turn (tools.enabled or task.env): the agent loop's limits (relay/agent.py).
+    max_turns: int = 4  # model turns per episode
+    max_tokens_per_turn: int | None = None  # None: max_new_tokens
+    max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
+    # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
+    # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
+    # None: on when the rollout workers and the learner each hold a fraction of a GPU (colocated).
+    sleep_while_training: bool | None = None
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    count: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    # A custom resource that only some node types declare (`ray start --resources='{"rollout_node": 1}'`,
+    # or `resources:` of a node type in cluster.yaml): the role's actors are placed only on those
+    # nodes. Each actor asks for 0.001 of it, so the declared amount does not limit how many fit.
+    node_resource: str | None = None
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """The limits of one sandboxed run of model-written code (relay/tools/sandbox/). They come
+    only from here (tools.sandbox_limits, or the tool server's sandbox_limits), never from a tool call."""
+    wall_timeout_s: float = 10.0
+    cpu_seconds: int = 5  # per process (RLIMIT_CPU): SIGKILL at the limit
+    memory_mb: int = 256  # cgroup memory (+swap) of the whole run, and RLIMIT_AS of each process
+    max_pids: int = 32  # processes + threads of the whole run (bwrap's two included)
+    max_output_bytes: int = 64 * 1024  # per stream (stdout, stderr); the rest is counted and dropped
+    tmpfs_mb: int = 16  # size of each writable tmpfs: /tmp, /sandbox, /dev/shm
+    max_open_files: int = 64
+    file_size_mb: int = 8  # RLIMIT_FSIZE: the largest file the code may write
+    cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
+    max_code_bytes: int = 1024 * 1024
+    python: str = "/usr/bin/python3"  # the interpreter inside the sandbox; must live under /usr
+    # Extra host paths bound read-only at the same place (e.g. an interpreter's prefix outside
+    # /usr). Started as uid 65534, bwrap must be able to reach them as that user.
+    ro_binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """Tool calls in the agent loop (relay/agent.py): parser, sandbox, executors or tool server.
+    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval,
+    the seeds' tool_config knobs) from here too."""
+    enabled: bool = False
+    parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
+    sandbox: SandboxMode = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
+    # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
+    # stream; the model reads every byte, and the tool client cuts a server's output there too), ...
+    sandbox_limits: SandboxConfig = SandboxConfig()
+    server_url: str | None = None  # an HTTP tool server (python -m relay.tools.server); None: ToolExecutor actors
+    functions: tuple[str, ...] = ()  # extra tools: dotted paths of typed Python functions
+    schemas_in_prompt: bool = True  # pass the tool schemas to the chat template (tools=...)
+    max_tool_turns: int = 3  # model turns that may call tools, per episode
+    max_retries: int = 3  # tool server only: retries where the server never answered
+    retry_delay: float = 1.0  # tool server only: seconds before the first retry; doubles each time
+    timeout: float = 30.0  # tool server only: seconds per call, retries included
+    max_workers: int = 8  # tool calls run at once per executor (or per rollout worker's client)
+    request_interval: float = 0.0  # tool server only: seconds between request starts
+    executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
+
+
+@dataclass(frozen=True)
+class ToolServerConfig:
+    """`python -m relay.tools.server` (or a ToolExecutor serving its sandbox): the same sandbox
+    and sandbox_limits as tools.*, plus the server's own settings."""
+    host: str = "127.0.0.1"
+    port: int = 30003  # 0: any free port (see ToolServer.url)
+    sandbox: SandboxMode = "bwrap"
+    sandbox_limits: SandboxConfig = SandboxConfig()
+    # Sandboxes running at once; 0: two per CPU core. A run spends much of its ~40 ms in kernel
+    # namespace set-up rather than on a core: on 2 cores, 2 slots gave 52 runs/s, 4 gave 78 and
+    # 8 gave 87 (benchmarks/tool_throughput.py). Each slot may hold sandbox_limits.memory_mb of memory.
+    max_concurrency: int = 0
+    max_waiting: int = 1024  # requests waiting for a slot beyond this get 503
+    max_body_bytes: int = 2 * 1024 * 1024
+    socket_timeout_s: float = 60.0  # a client that stops sending mid-request is dropped
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    estimator: str = "grpo"
+    policy_loss: str = "ppo"
+    loss_agg: str = "token-mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2  # > clip_low is DAPO's clip-higher
+    dual_clip_c: float = 3.0
+    kl_coef: float = 0.0  # 0 with kl_in=loss/reward: no KL term, no reference actor
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in: Literal["loss", "reward"] = "loss"
+    entropy_coef: float = 0.0
+    gamma: float = 1.0
+    lam: float = 1.0
+    tis_cap: float | None = None  # truncated importance sampling cap for engine/learner mismatch
+    kl_controller: Literal["fixed", "adaptive"] = "fixed"  # adaptive: Ziegler et al. 2019, for kl_in=reward
+    kl_target: float = 0.1
+    kl_horizon: int = 10_000
+    # DAPO (Yu et al. 2025): drop groups whose rewards are all equal, draw more prompts
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_tries: int = 4
+    overlong_buffer_len: int = 0  # 0: off; else soft overlong punishment over the last N tokens
+    overlong_penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    enabled: bool = False  # required by algorithm.estimator=gae
+    model_path: str | None = None  # None: initialise from the policy
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    clip_range: float = 0.2  # value clipping around the rollout-time values
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    steps: int = 60
+    prompts_per_step: int = 16
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    mini_batches: int = 1  # optimizer steps per epoch; the rollout batch is split into this many
+    micro_batch_size: int = 64  # samples per forward/backward (gradient accumulation inside)
+    eval_every: int = 0  # steps between held-out evaluations; 0: only before and after
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    rollout: RoleResources = RoleResources(count=1, cpus=1.0)
+    learner: RoleResources = RoleResources(count=1, cpus=1.0)
+    reference: RoleResources = RoleResources(count=1, cpus=0.5)
+    critic: RoleResources = RoleResources(count=1, cpus=0.5)
+    env: RoleResources = RoleResources(count=1, cpus=0.25)
+    ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
+    dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own
+    # Learner -> rollout weights (actors/weights.py): object_store (CPU, any placement), broadcast
+    # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
+    # and the rollout workers each hold whole GPUs.
+    weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 0  # steps between checkpoints; 0: only the last step
+    keep_last_n: int = 2
+    save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Metric loggers (relay/loggers.py). TensorBoard, W&B and MLflow need `relay[loggers]`."""
+    console: bool = True
+    jsonl: bool = True
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "relay"
+    # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
+    wandb_mode: str = "offline"  # one of WANDB_MODES
+    mlflow: bool = False
+    # None: a SQLite store in run_dir (see relay.loggers.MLflowLogger for why not a file store).
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "relay"
+    # Non-TTY console (e.g. `ray job submit` logs): one line every this many steps.
+    console_every: int = 10
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    tools: ToolsConfig = ToolsConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    training: TrainingConfig = TrainingConfig()
+    critic: CriticConfig = CriticConfig()
+    resources: ResourcesConfig = ResourcesConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
