@@ -37,7 +37,10 @@ class Sample:
 
 @dataclass
 class Batch:
-    """Padded tensors for B samples. Shapes: prompts [B,P], responses/masks [B,R], rows [B]."""
+    """Padded tensors for B samples. Shapes: prompts [B,P], responses/masks [B,R], rows [B].
+
+    from_samples fills the rollout's tensors; the driver adds the rest of a step's tensors
+    (old/ref logprobs, values, advantages, returns) as the actors compute them."""
 
     prompts: torch.Tensor  # [B,P] long, left-padded
     responses: torch.Tensor  # [B,R] long, right-padded
@@ -48,7 +51,12 @@ class Batch:
     rewards: torch.Tensor  # [B] float
     group_ids: torch.Tensor  # [B] long
     token_rewards: torch.Tensor  # [B,R] float (environment per-token rewards; zeros if none)
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # advantages, old/ref logprobs, values
+    # Set by the driver during a step (None until then):
+    old_logprobs: torch.Tensor | None = None  # [B,R] float32, the learner's, before this step's update
+    ref_logprobs: torch.Tensor | None = None  # [B,R] float32, the reference policy's (when a KL term is on)
+    values: torch.Tensor | None = None  # [B,R] float32, the critic's (PPO/GAE), 0 where loss_mask is 0
+    advantages: torch.Tensor | None = None  # [B,R] float32, 0 where loss_mask is 0
+    returns: torch.Tensor | None = None  # [B,R] float32, the critic's targets, 0 where loss_mask is 0
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -62,18 +70,17 @@ class Batch:
         return self.prompts.shape[0]
 
     def select(self, idx: torch.Tensor | list[int]) -> "Batch":
-        """Rows idx, all tensors (extras included)."""
+        """Rows idx of every tensor."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.prompts.device)
         return self._map(lambda t: t.index_select(0, idx))
 
     def to(self, device: torch.device | str) -> "Batch":
-        """All tensors (extras included) on `device`."""
+        """Every tensor on `device`."""
         return self._map(lambda t: t.to(device))
 
     def _map(self, fn) -> "Batch":
-        """A Batch of fn(tensor) for every tensor field and extra."""
-        tensors = {f.name: fn(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
-        return Batch(**tensors, extras={k: fn(v) for k, v in self.extras.items()})
+        """A Batch of fn(tensor) for every tensor field; fields not set yet stay None."""
+        return Batch(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
 
     @classmethod
     def from_samples(cls, samples: list[Sample], pad_id: int) -> "Batch":
