@@ -1,8 +1,9 @@
 import pickle
 
+import pytest
 import torch
 
-from relay.types import Batch, Sample
+from relay.types import Batch, FinishReason, Sample
 
 
 def test_batch_layout_left_pads_prompts_and_right_pads_responses():
@@ -34,3 +35,11 @@ def test_step_tensors_are_fields_carried_by_select_and_to():
         for name in step:
             assert torch.equal(getattr(moved, name), getattr(batch, name)[rows]), name
 
+
+def test_finish_reason_is_an_enum_that_reads_as_its_value():
+    s = Sample(prompt_ids=[1], finish_reason="budget")
+    assert s.finish_reason is FinishReason.BUDGET and s.finish_reason == "budget" and f"{s.finish_reason}" == "budget"
+    assert pickle.loads(pickle.dumps(s)).finish_reason is FinishReason.BUDGET  # Samples cross actors pickled
+    assert Sample(prompt_ids=[1]).finish_reason is None
+    with pytest.raises(ValueError):
+        Sample(prompt_ids=[1], finish_reason="timeout")
