@@ -98,19 +98,19 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
             old_logprobs = actors.learner.compute_logprobs.remote(batch)
             values = actors.critic.compute_values.remote(batch) if actors.critic else None
             if actors.reference is not None:
-                batch.extras["ref_logprobs"] = ray.get(actors.reference.compute_logprobs.remote(batch))
-            batch.extras["old_logprobs"] = ray.get(old_logprobs)
+                batch.ref_logprobs = ray.get(actors.reference.compute_logprobs.remote(batch))
+            batch.old_logprobs = ray.get(old_logprobs)
             if values is not None:
-                batch.extras["values"] = ray.get(values)
+                batch.values = ray.get(values)
         if actors.reference is not None:
-            kl = kl_penalty(batch.extras["old_logprobs"], batch.extras["ref_logprobs"], a.kl_estimator)
+            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, a.kl_estimator)
             kl_mean = masked_mean(kl, batch.loss_mask).item()
             if a.kl_in == "reward":  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
                 batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
                 kl_ctl.update(kl_mean, n_steps=len(batch))
-        batch.extras["advantages"], batch.extras["returns"] = compute_advantages(
+        batch.advantages, batch.returns = compute_advantages(
             a.estimator, rewards=final_rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
-            token_rewards=batch.token_rewards, values=batch.extras.get("values"), gamma=a.gamma, lam=a.lam)
+            token_rewards=batch.token_rewards, values=batch.values, gamma=a.gamma, lam=a.lam)
         with timer("update"):
             updates = [actors.learner.update.remote(batch)] + ([actors.critic.update.remote(batch)] if actors.critic else [])
             update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
@@ -119,7 +119,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
     metrics = {
         "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
-        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.extras["old_logprobs"]).abs() * batch.loss_mask).max().item(),
+        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask).max().item(),
         "weights/version": step + 1, "weights/staleness": step - min(s.weight_version for s in samples), **sample_metrics, **update_metrics, **timer.seconds,
     }
     if actors.reference is not None:

@@ -53,7 +53,7 @@ class Critic:
         return out
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, metrics = value_loss(response_values(self.model, micro), micro.extras["values"], micro.extras["returns"],
+        loss, metrics = value_loss(response_values(self.model, micro), micro.values, micro.returns,
                                    micro.loss_mask, clip_range=self.cfg.critic.clip_range, agg_mode="token-mean")
         return loss, {"vf_loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
 

@@ -58,17 +58,17 @@ class Learner:
         a = self.cfg.algorithm
         mask = micro.loss_mask
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
-        old = micro.extras["old_logprobs"]
+        old = micro.old_logprobs
         is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
         loss, metrics = policy_loss(
-            a.policy_loss, logprobs=logprobs, old_logprobs=old, advantages=micro.extras["advantages"],
+            a.policy_loss, logprobs=logprobs, old_logprobs=old, advantages=micro.advantages,
             loss_mask=mask, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c,
             agg_mode=a.loss_agg, is_weights=is_weights,
         )
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["pg_loss"] = float(loss.detach())
         if a.kl_coef > 0 and a.kl_in == "loss":
-            kl = aggregate(kl_penalty(logprobs, micro.extras["ref_logprobs"], a.kl_estimator), mask, a.loss_agg)
+            kl = aggregate(kl_penalty(logprobs, micro.ref_logprobs, a.kl_estimator), mask, a.loss_agg)
             loss = loss + a.kl_coef * kl
             metrics["kl_loss"] = float(kl.detach())
         ent = aggregate(entropy, mask, a.loss_agg)

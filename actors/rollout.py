@@ -1,8 +1,9 @@
-"""RolloutWorker: one Engine and the agent loop; returns Samples with exact token ids.
+"""RolloutWorker: one Engine and the agent loop (relay/agent.py); returns Samples with exact token ids.
 
-Single-turn tasks: one batched generate. With tools.enabled or task.env: the agent loop
-(relay/agent.py), whose tool calls run on the ToolExecutor actors (or the HTTP tool server at
-tools.server_url) and whose environment steps run on this worker's EnvPool actor.
+Single-turn tasks: the agent loop with no parser and no environment, one batched generate of
+rollout.max_new_tokens. With tools.enabled or task.env: multi-turn episodes, whose tool calls run
+on the ToolExecutor actors (or the HTTP tool server at tools.server_url) and whose environment
+steps run on this worker's EnvPool actor.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.chat import ChatFormat
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
@@ -34,10 +36,15 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
-        self.agent = self._agent(env_pool, tool_executors or []) if cfg.tools.enabled or cfg.task.env else None
+        self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
+        self.agent = self._agent(env_pool, tool_executors or [])
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
-        tl, limits = self.cfg.tools, AgentLimits.from_config(self.cfg)
+        r, tl = self.cfg.rollout, self.cfg.tools
+        if not self.multi_turn:  # one turn of max_new_tokens: the budget is that turn
+            limits = AgentLimits(max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens)
+            return AgentLoop(self.engine, self.tokenizer, limits, system_prompt=self.cfg.task.system_prompt)
+        limits = AgentLimits.from_config(self.cfg)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
         env = {}
         if self.cfg.task.env:
@@ -75,8 +82,8 @@ class RolloutWorker:
         return run_tools, ray.get(executors[0].schemas.remote())
 
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(row_messages(row, self.cfg.task.system_prompt), add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+        """A single-turn prompt's ids, as the agent loop encodes them (benchmarks generate from these)."""
+        return ChatFormat(self.tokenizer).prompt_ids(row_messages(row, self.cfg.task.system_prompt))
 
     def sampling(self, step: int, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout
@@ -90,29 +97,13 @@ class RolloutWorker:
 
     def rollout(self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
-        if self.agent is not None:
-            self.episodes_started += 1
-            samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id,
-                                     episode_prefix=f"w{self.index}-{self.episodes_started}")
-            seconds = time.perf_counter() - start
-            tokens = sum(s.num_model_tokens for s in samples)
-            return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds,
-                             "rollout/tokens_per_s": tokens / max(seconds, 1e-9), **episode_metrics(samples)}
-        prompts = [self.encode_prompt(row) for row in rows]
-        groups = self.engine.generate(prompts, self.sampling(step, greedy))
-        samples = []
-        for i, (row, prompt_ids, completions) in enumerate(zip(rows, prompts, groups)):
-            for c in completions:
-                samples.append(Sample(
-                    prompt_ids=prompt_ids, response_ids=c.token_ids, rollout_logprobs=c.logprobs,
-                    loss_mask=[1] * len(c.token_ids), group_id=first_group_id + i,
-                    weight_version=self.engine.weight_version, finish_reason=c.finish_reason,
-                    turn_spans=[(0, len(c.token_ids))],
-                    meta={"ground_truth": row.get("ground_truth"), "response_text": self.tokenizer.decode(c.token_ids, skip_special_tokens=True)},
-                ))
+        self.episodes_started += 1
+        samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id,
+                                 episode_prefix=f"w{self.index}-{self.episodes_started}")
         seconds = time.perf_counter() - start
-        tokens = sum(len(s.response_ids) for s in samples)
-        return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        tokens = sum(s.num_model_tokens for s in samples)
+        metrics = {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
 
     def sleep(self) -> None:
         self.engine.sleep()

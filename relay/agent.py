@@ -1,14 +1,18 @@
-"""The agent loop: multi-turn episodes with tool calls and environments, token-in, token-out.
+"""The agent loop: every rollout's episodes, token-in, token-out, and the one maker of Samples.
 
     loop = AgentLoop(engine, tokenizer, AgentLimits(max_turns=4), parser=get_parser("tag"),
                      run_tools=executor.run_batch)                 # and/or env_reset/env_step/env_close
     samples = loop.run(rows, SamplingParams(temperature=1.0, seed=0), n=8)
 
+A single-turn rollout is this loop with no parser and no environment: one generate call, one
+model turn per episode, ended by "stop" or "length". Single-turn, tool and environment episodes
+so become Samples in one place (AgentLoop._sample), with the same fields for reward functions.
+
 Every episode in flight advances one turn per iteration, and each iteration makes ONE batched
 `engine.generate` call for all live episodes (prompt = that episode's token ids so far). A new
 turn is then, in this order:
-  1. cut to the episode's token budget ("budget") or, if the engine hit the per-turn limit, the
-     episode's last turn ("length");
+  1. cut to the episode's token budget ("budget"), or, if the engine hit the per-turn limit, the
+     episode's last turn ("length"; "budget" when what was left of the budget was the tighter one);
   2. parsed for tool calls (when a parser is given). Calls of the whole batch run together through
      `run_tools(calls) -> results` (parallel: a ToolExecutor pool, the tool server, or a thread
      pool). A malformed call is not run: its error is the observation the model reads next turn;
@@ -40,9 +44,7 @@ from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.tools.parsers import ToolCall, ToolParser
 from relay.tools.registry import ToolResult
-from relay.types import Sample
-
-FINISH_REASONS = ("stop", "length", "max_turns", "budget", "env_error")
+from relay.types import FinishReason, Sample
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class _Episode:
     env_infos: list[dict] = field(default_factory=list)
     env_error: str | None = None
     tool_turns: int = 0
-    finish: str | None = None
+    finish: FinishReason | None = None
     # set by the current turn: what runs before the next one
     calls: list[ToolCall] = field(default_factory=list)
     parse_errors: list[str] = field(default_factory=list)
@@ -119,6 +121,8 @@ class AgentLoop:
         self.env_reset, self.env_step, self.env_close = env_reset, env_step, env_close
         self.system_prompt = system_prompt
         self.format = ChatFormat(tokenizer, tool_schemas)
+        if parser is not None or env_step is not None:
+            _ = self.format.turn_end  # a template that cannot place observations fails here, not mid-rollout
 
     # -- public
 
@@ -155,8 +159,11 @@ class AgentLoop:
 
     def _start(self, episodes: list[_Episode]) -> None:
         if self.env_reset is None:
+            by_row: dict[int, list[int]] = {}  # the n episodes of a row share its prompt (rendered once)
             for e in episodes:
-                e.prompt_ids = self.format.prompt_ids(row_messages(e.row, self.system_prompt))
+                if e.group_id not in by_row:
+                    by_row[e.group_id] = self.format.prompt_ids(row_messages(e.row, self.system_prompt))
+                e.prompt_ids = by_row[e.group_id]
             return
         results = self.env_reset([e.id for e in episodes], [e.row for e in episodes])
         if len(results) != len(episodes):
@@ -166,7 +173,7 @@ class AgentLoop:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": r.observation}]
             e.prompt_ids = self.format.prompt_ids(messages)
             if r.error is not None:
-                e.finish, e.env_error = "env_error", r.error
+                e.finish, e.env_error = FinishReason.ENV_ERROR, r.error
 
     def _model_turn(self, e: _Episode, c: Completion, stop_ids: set[int]) -> None:
         e.calls, e.parse_errors, e.action, e.eos_token = [], [], None, None
@@ -185,19 +192,22 @@ class AgentLoop:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         e.turn_texts.append(text)
         if over_budget:
-            e.finish = "budget"
-        elif c.finish_reason == "length":  # cut by the per-turn limit, or by what was left of the budget
-            e.finish = "budget" if len(tokens) >= room else "length"
+            e.finish = FinishReason.BUDGET
+        elif c.finish_reason == "length":  # the per-turn limit, or what was left of the budget, cut it
+            # "budget" when the budget cut the turn shorter than the per-turn limit would have (a
+            # single-turn rollout, whose budget is one turn, ends with "length")
+            cut_by_budget = len(tokens) >= room and room < self.limits.max_tokens_per_turn
+            e.finish = FinishReason.BUDGET if cut_by_budget else FinishReason.LENGTH
         elif self.parser is not None and (parsed := self.parser.parse(text)):
             if e.tool_turns >= self.limits.max_tool_turns or e.turns >= self.limits.max_turns:
-                e.finish = "max_turns"  # no turn left to read the results with: do not run them
+                e.finish = FinishReason.MAX_TURNS  # no turn left to read the results with: do not run them
             else:
                 e.tool_turns += 1
                 e.calls, e.parse_errors = parsed.calls, parsed.errors
         elif self.env_step is not None:
             e.action = text
         else:
-            e.finish = "stop"
+            e.finish = FinishReason.STOP
 
     def _tools(self, episodes: list[_Episode]) -> None:
         calls = [c for e in episodes for c in e.calls]
@@ -232,7 +242,7 @@ class AgentLoop:
             raise RuntimeError(f"env_step returned {len(results)} results for {len(episodes)} actions")
         for e, r in zip(episodes, results):
             if r.error is not None:
-                e.finish, e.env_error = "env_error", r.error
+                e.finish, e.env_error = FinishReason.ENV_ERROR, r.error
                 continue
             # the reward of this step credits the model turn that took it (its last token)
             at = e.spans[-1][1] - 1 if e.spans[-1][1] > e.spans[-1][0] else max(len(e.response_ids) - 1, 0)
@@ -240,27 +250,26 @@ class AgentLoop:
             e.env_rewards.append(r.reward)
             e.env_infos.append(r.info)
             if r.done:
-                e.finish = "stop"
+                e.finish = FinishReason.STOP
             elif e.turns >= self.limits.max_turns:
-                e.finish = "max_turns"
+                e.finish = FinishReason.MAX_TURNS
             else:
                 self._observe(e, [{"role": "user", "content": r.observation}])
 
     def _observe(self, e: _Episode, observation: str | list[dict]) -> None:
         ids = self.format.observation_ids(observation, e.eos_token)
         if len(ids) >= e.room:  # no room left for a model token after it
-            e.finish = "budget"
+            e.finish = FinishReason.BUDGET
             return
         e.response_ids += ids
         e.logprobs += [0.0] * len(ids)
         e.mask += [0] * len(ids)
 
     def _sample(self, e: _Episode) -> Sample:
+        """The one place Samples are made: single-turn, tool and environment episodes alike."""
         tool_errors = sum(not c["ok"] for c in e.tool_calls)
         meta = {
-            "ground_truth": e.row.get("ground_truth"), "episode_id": e.id,
-            "response_text": self.tokenizer.decode(e.response_ids, skip_special_tokens=True),
-            "final_text": e.turn_texts[-1] if e.turn_texts else "", "turn_texts": e.turn_texts,
+            "episode_id": e.id,
             "agent": {"turns": e.turns, "tool_calls": sum(c["name"] is not None for c in e.tool_calls),
                       "tool_errors": tool_errors, "tool_seconds": sum(c["seconds"] for c in e.tool_calls),
                       "env_steps": len(e.env_rewards)},
@@ -270,8 +279,10 @@ class AgentLoop:
         return Sample(
             prompt_ids=e.prompt_ids, response_ids=e.response_ids, rollout_logprobs=e.logprobs,
             loss_mask=e.mask, group_id=e.group_id, weight_version=getattr(self.engine, "weight_version", 0),
-            finish_reason=e.finish, turn_spans=e.spans, tool_calls=e.tool_calls,
-            token_rewards=e.token_rewards, meta=meta,
+            finish_reason=e.finish, turn_spans=e.spans, tool_calls=e.tool_calls, token_rewards=e.token_rewards,
+            ground_truth=e.row.get("ground_truth"),
+            response_text=self.tokenizer.decode(e.response_ids, skip_special_tokens=True),
+            final_text=e.turn_texts[-1] if e.turn_texts else "", turn_texts=e.turn_texts, meta=meta,
         )
 
 
@@ -282,6 +293,6 @@ def episode_metrics(samples: list[Sample]) -> dict[str, float]:
     stats = [s.meta.get("agent", {}) for s in samples]
     out = {f"agent/{k}": statistics.fmean(st.get(k, 0) for st in stats)
            for k in ("turns", "tool_calls", "tool_errors", "tool_seconds", "env_steps")}
-    for reason in FINISH_REASONS:
+    for reason in FinishReason:
         out[f"agent/finish_{reason}"] = sum(s.finish_reason == reason for s in samples) / len(samples)
     return out

@@ -19,6 +19,7 @@ tests. Environments describe their example episodes as Trajectory objects.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -38,12 +39,17 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.tools = tools or None
         self._warned_eos = self._warned_roundtrip = False
+
+    @functools.cached_property
+    def turn_end(self) -> str:
+        """What the template writes after an assistant message's content: ChatML "<|im_end|>\\n".
+        Raises if the template does not render that content verbatim (then no observation can be
+        placed after a model turn; prompts alone, as in single-turn rollouts, need no such thing)."""
         closed = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}], False)
         if closed.count(_ASSISTANT) != 1:
             raise ValueError("the chat template does not render an assistant message's content verbatim; "
                              "the agent loop cannot find where a model turn ends")
-        # What the template writes after an assistant message's content: ChatML "<|im_end|>\n".
-        self.turn_end = closed[closed.index(_ASSISTANT) + len(_ASSISTANT):]
+        return closed[closed.index(_ASSISTANT) + len(_ASSISTANT):]
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}

@@ -5,14 +5,29 @@ of every row starts at column P and the learner slices logits[:, P-1 : P-1+R].
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
 
+class FinishReason(enum.StrEnum):
+    """Why an episode ended. str-valued: `FinishReason.STOP == "stop"`, and metric keys and logs
+    show the value."""
+
+    STOP = "stop"  # the model ended (EOS, stop token or stop string), or the environment said done
+    LENGTH = "length"  # the turn reached rollout.max_tokens_per_turn (single-turn: max_new_tokens)
+    MAX_TURNS = "max_turns"  # no model turn left to read a tool result or an observation with
+    BUDGET = "budget"  # the episode's response-token budget cut a turn, or left no room after an observation
+    ENV_ERROR = "env_error"  # the environment raised (the error is in meta["env"]["error"])
+
+
 @dataclass
 class Sample:
+    """One episode: single-turn, with tools or with an environment, made by the agent loop
+    (relay/agent.py), so every path fills the same fields with the same meaning."""
+
     prompt_ids: list[int]
     # Everything after the prompt: model tokens and (multi-turn) observation tokens, exactly as
     # the engine saw and produced them. Never re-tokenized from text.
@@ -22,13 +37,23 @@ class Sample:
     reward: float = 0.0
     group_id: int = 0  # samples drawn from the same prompt share it (GRPO / RLOO groups)
     weight_version: int = 0
-    finish_reason: str = ""  # "stop" | "length" | "max_turns" | ...
+    finish_reason: FinishReason | None = None  # None until a rollout ends the episode
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) in response_ids per model turn
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     # Per-token rewards from environments (index into response_ids -> reward), added to the
     # final reward at the last token for token-level estimators (GAE).
     token_rewards: dict[int, float] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)  # ground truth, prompt text, env info
+    # What reward functions read. ground_truth: the task row's "ground_truth" (None if it has none).
+    ground_truth: Any = None
+    response_text: str = ""  # the whole response decoded, observations included (special tokens skipped)
+    final_text: str = ""  # the last model turn's text (single-turn: the same as response_text)
+    turn_texts: list[str] = field(default_factory=list)  # each model turn's text, in order
+    # Everything else: "episode_id", "agent" (turn and tool counts), "env" (rewards, infos, error)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.finish_reason is not None:  # "stop" -> FinishReason.STOP; an unknown reason fails here
+            self.finish_reason = FinishReason(self.finish_reason)
 
     @property
     def num_model_tokens(self) -> int:
@@ -37,7 +62,10 @@ class Sample:
 
 @dataclass
 class Batch:
-    """Padded tensors for B samples. Shapes: prompts [B,P], responses/masks [B,R], rows [B]."""
+    """Padded tensors for B samples. Shapes: prompts [B,P], responses/masks [B,R], rows [B].
+
+    from_samples fills the rollout's tensors; the driver adds the rest of a step's tensors
+    (old/ref logprobs, values, advantages, returns) as the actors compute them."""
 
     prompts: torch.Tensor  # [B,P] long, left-padded
     responses: torch.Tensor  # [B,R] long, right-padded
@@ -48,7 +76,12 @@ class Batch:
     rewards: torch.Tensor  # [B] float
     group_ids: torch.Tensor  # [B] long
     token_rewards: torch.Tensor  # [B,R] float (environment per-token rewards; zeros if none)
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # advantages, old/ref logprobs, values
+    # Set by the driver during a step (None until then):
+    old_logprobs: torch.Tensor | None = None  # [B,R] float32, the learner's, before this step's update
+    ref_logprobs: torch.Tensor | None = None  # [B,R] float32, the reference policy's (when a KL term is on)
+    values: torch.Tensor | None = None  # [B,R] float32, the critic's (PPO/GAE), 0 where loss_mask is 0
+    advantages: torch.Tensor | None = None  # [B,R] float32, 0 where loss_mask is 0
+    returns: torch.Tensor | None = None  # [B,R] float32, the critic's targets, 0 where loss_mask is 0
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -62,18 +95,17 @@ class Batch:
         return self.prompts.shape[0]
 
     def select(self, idx: torch.Tensor | list[int]) -> "Batch":
-        """Rows idx, all tensors (extras included)."""
+        """Rows idx of every tensor."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.prompts.device)
         return self._map(lambda t: t.index_select(0, idx))
 
     def to(self, device: torch.device | str) -> "Batch":
-        """All tensors (extras included) on `device`."""
+        """Every tensor on `device`."""
         return self._map(lambda t: t.to(device))
 
     def _map(self, fn) -> "Batch":
-        """A Batch of fn(tensor) for every tensor field and extra."""
-        tensors = {f.name: fn(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
-        return Batch(**tensors, extras={k: fn(v) for k, v in self.extras.items()})
+        """A Batch of fn(tensor) for every tensor field; fields not set yet stay None."""
+        return Batch(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
 
     @classmethod
     def from_samples(cls, samples: list[Sample], pad_id: int) -> "Batch":

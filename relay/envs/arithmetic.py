@@ -29,6 +29,7 @@ def parse_answer(text: str) -> str | None:
 
 
 def arithmetic_reward(sample, env=None) -> float:
-    """1 for the exact sum, 0 otherwise (a malformed answer is simply wrong)."""
-    answer = parse_answer(sample.meta.get("response_text", ""))
-    return 1.0 if answer is not None and answer == str(sample.meta["ground_truth"]) else 0.0
+    """1 for the exact sum as the final turn's whole text, 0 otherwise (a malformed answer is
+    simply wrong). Single-turn, the final turn is the whole response."""
+    answer = parse_answer(sample.final_text)
+    return 1.0 if answer is not None and answer == str(sample.ground_truth) else 0.0

@@ -35,8 +35,8 @@ def make_rows(n: int, seed: int, digits: tuple[int, int] = (1, 2)) -> list[dict[
 
 def math_tool_reward(sample, env=None) -> float:
     """1 for the exact product as the final turn's whole text (no environment needed)."""
-    answer = parse_answer(sample.meta.get("final_text", ""))
-    return 1.0 if answer is not None and answer == str(sample.meta["ground_truth"]) else 0.0
+    answer = parse_answer(sample.final_text)
+    return 1.0 if answer is not None and answer == str(sample.ground_truth) else 0.0
 
 
 class MathToolEnv:

@@ -58,7 +58,7 @@ def stop(*handles, groups=()):
 
 def check_tool_episodes(samples):
     called = [s for s in samples if s.tool_calls]
-    assert called, [s.meta["turn_texts"] for s in samples]
+    assert called, [s.turn_texts for s in samples]
     for s in called:
         for call in s.tool_calls:
             if call["name"] == "python" and call["ok"]:
@@ -67,7 +67,7 @@ def check_tool_episodes(samples):
         code = s.tool_calls[0]["arguments"]["code"] if s.tool_calls[0]["name"] else None
         if code and re.fullmatch(r"print\(\d+\*\d+\)", code) and s.tool_calls[0]["ok"]:
             a, b = map(int, re.findall(r"\d+", code))
-            assert f"<result>\n{a * b}\n</result>" in s.meta["response_text"]
+            assert f"<result>\n{a * b}\n</result>" in s.response_text
         first_end = s.turn_spans[0][1]
         if len(s.turn_spans) > 1:  # observation tokens between the turns carry no loss
             assert set(s.loss_mask[first_end:s.turn_spans[1][0]]) == {0}

@@ -54,7 +54,7 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
     assert len(calls) >= len(samples) // 4, f"{len(calls)} tool calls in {len(samples)} episodes"
     ran = [c for c in calls if c["name"] == "python" and c["ok"]]
     assert ran and all(c["seconds"] > 0 for c in ran)
-    assert any("<result>\n" in s.meta["response_text"] for s in samples)
+    assert any("<result>\n" in s.response_text for s in samples)
 
     # rewards were computed (exact answers after tool calls), and the policy learned from them
     rewards = [s.reward for s in samples]

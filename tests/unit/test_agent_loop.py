@@ -150,7 +150,7 @@ def test_tag_tool_turns_are_token_exact(tok):
     assert obs == tok("\n<result>\n1776\n</result>\n", add_special_tokens=False).input_ids  # only the delta
     assert s.tool_calls == [{"name": "python", "arguments": {"code": "print(37*48)"}, "ok": True, "error": None,
                              "seconds": 0.01, "turn": 1}]
-    assert s.meta["final_text"] == "1776" and math_tool_reward(s) == 1.0
+    assert s.final_text == "1776" and math_tool_reward(s) == 1.0
     assert s.meta["agent"] == {"turns": 2, "tool_calls": 1, "tool_errors": 0, "tool_seconds": 0.01, "env_steps": 0}
     assert s.weight_version == 7 and s.group_id == 0
 

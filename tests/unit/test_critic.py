@@ -10,7 +10,7 @@ def make_batch():
     samples = [Sample(prompt_ids=[1, 5, 6], response_ids=[10, 11, 2], loss_mask=[1, 1, 1], rollout_logprobs=[0.0] * 3, reward=1.0),
                Sample(prompt_ids=[1, 7], response_ids=[12, 2], loss_mask=[1, 1], rollout_logprobs=[0.0] * 2, reward=0.0)]
     batch = Batch.from_samples(samples, pad_id=0)
-    batch.extras["returns"] = batch.rewards[:, None] * batch.loss_mask
+    batch.returns = batch.rewards[:, None] * batch.loss_mask
     return batch
 
 
@@ -22,8 +22,8 @@ def test_critic_fits_returns_and_round_trips_its_state(tiny_model_path):
     batch = make_batch()
     losses = []
     for _ in range(15):
-        batch.extras["values"] = critic.compute_values(batch)
-        assert (batch.extras["values"] * (1 - batch.loss_mask)).abs().sum() == 0  # masked columns stay zero
+        batch.values = critic.compute_values(batch)
+        assert (batch.values * (1 - batch.loss_mask)).abs().sum() == 0  # masked columns stay zero
         losses.append(critic.update(batch)["critic/vf_loss"])
     assert losses[-1] < 0.5 * losses[0], losses
 

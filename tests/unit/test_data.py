@@ -38,9 +38,9 @@ def test_prompt_iterator_resumes_exactly():
 
 
 def test_arithmetic_reward_is_exact_match():
-    sample = Sample(prompt_ids=[1], meta={"ground_truth": "42", "response_text": " 42 "})
+    sample = Sample(prompt_ids=[1], ground_truth="42", response_text=" 42 ", final_text=" 42 ")
     assert arithmetic_reward(sample) == 1.0
-    sample.meta["response_text"] = "41"
+    sample.final_text = "41"
     assert arithmetic_reward(sample) == 0.0
     assert parse_answer("4 2") is None
     assert make_rows(3, seed=5) == make_rows(3, seed=5)

@@ -1,6 +1,9 @@
+import pickle
+
+import pytest
 import torch
 
-from relay.types import Batch, Sample
+from relay.types import Batch, FinishReason, Sample
 
 
 def test_batch_layout_left_pads_prompts_and_right_pads_responses():
@@ -14,6 +17,29 @@ def test_batch_layout_left_pads_prompts_and_right_pads_responses():
     assert batch.loss_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
     assert batch.token_rewards.tolist() == [[0, 0.5, 0], [0, 0, 0]]
     assert batch.rewards.tolist() == [1.0, 0.0] and batch.group_ids.tolist() == [0, 1]
-    batch.extras["advantages"] = torch.tensor([[1.0, 1, 1], [2, 2, 2]])
+    batch.advantages = torch.tensor([[1.0, 1, 1], [2, 2, 2]])
     picked = batch.select([1])
-    assert picked.responses.tolist() == [[8, 9, 10]] and picked.extras["advantages"].tolist() == [[2, 2, 2]]
+    assert picked.responses.tolist() == [[8, 9, 10]] and picked.advantages.tolist() == [[2, 2, 2]]
+    assert picked.old_logprobs is None and batch.to("cpu").advantages.tolist() == batch.advantages.tolist()
+
+
+def test_step_tensors_are_fields_carried_by_select_and_to():
+    a = Sample(prompt_ids=[1, 2], response_ids=[3, 4], rollout_logprobs=[-1.0, -2.0], loss_mask=[1, 1])
+    batch = Batch.from_samples([a, a, a], pad_id=0)
+    step = ("old_logprobs", "ref_logprobs", "values", "advantages", "returns")
+    assert all(getattr(batch, name) is None for name in step)
+    for k, name in enumerate(step):
+        setattr(batch, name, torch.arange(6, dtype=torch.float).view(3, 2) + 10 * k)
+    for moved in (batch.select([2, 0]), batch.to("cpu"), pickle.loads(pickle.dumps(batch))):
+        rows = [2, 0] if len(moved) == 2 else [0, 1, 2]
+        for name in step:
+            assert torch.equal(getattr(moved, name), getattr(batch, name)[rows]), name
+
+
+def test_finish_reason_is_an_enum_that_reads_as_its_value():
+    s = Sample(prompt_ids=[1], finish_reason="budget")
+    assert s.finish_reason is FinishReason.BUDGET and s.finish_reason == "budget" and f"{s.finish_reason}" == "budget"
+    assert pickle.loads(pickle.dumps(s)).finish_reason is FinishReason.BUDGET  # Samples cross actors pickled
+    assert Sample(prompt_ids=[1]).finish_reason is None
+    with pytest.raises(ValueError):
+        Sample(prompt_ids=[1], finish_reason="timeout")

@@ -84,10 +84,10 @@ def test_learner_and_critic_shuffle_mini_batches_by_the_same_rule(tiny_model_pat
         return seen
 
     learner = Learner(cfg, tiny_model_path, num_threads=1)
-    batch.extras["old_logprobs"] = learner.compute_logprobs(batch)
-    batch.extras["advantages"] = batch.rewards[:, None] * batch.loss_mask
+    batch.old_logprobs = learner.compute_logprobs(batch)
+    batch.advantages = batch.rewards[:, None] * batch.loss_mask
     critic = Critic(cfg, tiny_model_path, num_threads=1)
-    batch.extras["values"] = critic.compute_values(batch)
-    batch.extras["returns"] = batch.extras["advantages"]
+    batch.values = critic.compute_values(batch)
+    batch.returns = batch.advantages
     assert seen_groups(learner) == expected
     assert seen_groups(critic) == expected
