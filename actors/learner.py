@@ -113,8 +113,3 @@ class Learner:
 
         save_hf_model(self.model, load_tokenizer(tokenizer_path), folder)
 
-    def peak_memory_mb(self) -> float:
-        from actors.rollout import peak_rss_mb
-
-        return peak_rss_mb()
-
