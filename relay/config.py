@@ -1,6 +1,5 @@
 """One typed, frozen config tree. YAML is data; `key=value` overrides; validate() lists every
-problem at once, each with its key path, before any actor starts (after torchtune's
-config/_validate.py)."""
+problem at once, each with its key path, before any actor starts."""
 from __future__ import annotations
 
 import dataclasses
