@@ -126,35 +126,3 @@ def publish(run_name: str, metrics: dict) -> None:
     if run_name not in _runs:
         _runs[run_name] = RunMetrics(run_name)
     _runs[run_name].record(metrics)
-
-
-# ------------------------------------------------------------------ reading them back
-
-
-def export_port(session_dir: str) -> int | None:
-    """The Prometheus export port a node wrote into its session folder (None: not yet)."""
-    from pathlib import Path
-
-    for path in sorted(Path(session_dir).glob("metrics_export_port_*")):
-        text = path.read_text().strip()
-        if text.isdigit():
-            return int(text)
-    return None
-
-
-def scrape(port: int, host: str = "127.0.0.1", prefix: str = "ray_" + PREFIX) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of every sample whose name starts with `prefix` on a node's export."""
-    import re
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = []
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)", line)
-        if match:
-            name, labels, value = match.groups()
-            samples.append((name, dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels or "")), float(value)))
-    return samples

@@ -13,6 +13,7 @@ import pytest
 import ray
 
 from actors import metrics as relay_metrics
+from tests.prometheus import export_port, scrape
 
 STEP = {
     "reward/mean": 0.625, "kl/mean": 0.0125, "actor/pg_loss": -0.25, "rollout/tokens_per_s": 1500.0,
@@ -44,14 +45,14 @@ def wait_for(port: int, want: set[str], run: str, deadline_s: float = 30.0):
     """Scrape until every metric in `want` shows up with run=`run`, or the deadline passes."""
     deadline = time.monotonic() + deadline_s
     while True:
-        samples = [s for s in relay_metrics.scrape(port) if s[1].get("run") == run]
+        samples = [s for s in scrape(port) if s[1].get("run") == run]
         if want <= {name for name, _, _ in samples} or time.monotonic() > deadline:
             return samples
         time.sleep(1)
 
 
 def test_step_metrics_reach_the_prometheus_export(ray_session):
-    port = relay_metrics.export_port(ray_session)
+    port = export_port(ray_session)
     assert port is not None, f"no metrics_export_port_* in {ray_session}"
     relay_metrics.publish("metrics-test", STEP)
     relay_metrics.publish("other-run", {"reward/mean": 0.1})  # a second run on the same cluster
@@ -78,6 +79,6 @@ def test_step_metrics_reach_the_prometheus_export(ray_session):
     assert got[(p + "weights_version", None)] == 7
     assert got[(p + "steps_total", None)] == 1
     # The other run's value is its own; keys a step lacks are not invented for it.
-    other = {name: value for name, labels, value in relay_metrics.scrape(port) if labels.get("run") == "other-run"}
+    other = {name: value for name, labels, value in scrape(port) if labels.get("run") == "other-run"}
     assert other[p + "reward_mean"] == pytest.approx(0.1)
     assert p + "kl_mean" not in other and p + "reward_std" not in got
