@@ -14,7 +14,7 @@ import ray
 import torch
 
 from actors.weights import WeightReceiver, node_id
-from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
@@ -102,8 +102,9 @@ class RolloutWorker:
                                      episode_prefix=f"w{self.index}-{self.episodes_started}")
             seconds = time.perf_counter() - start
             tokens = sum(s.num_model_tokens for s in samples)
+            tools = tool_call_counts(samples) if self.cfg.tools.enabled else {}  # the driver sums them over workers
             return samples, {"rollout/tokens": tokens, "rollout/seconds": seconds,
-                             "rollout/tokens_per_s": tokens / max(seconds, 1e-9), **episode_metrics(samples)}
+                             "rollout/tokens_per_s": tokens / max(seconds, 1e-9), **episode_metrics(samples), **tools}
         prompts = [self.encode_prompt(row) for row in rows]
         groups = self.engine.generate(prompts, self.sampling(step, greedy))
         samples = []
