@@ -18,6 +18,7 @@ import torch
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
+from relay import metric_keys as keys
 from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, make_kl_controller, kl_penalty, masked_mean, mixed_group_mask, overlong_penalty
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
@@ -37,9 +38,10 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     results = ray.get(refs)
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
-    per_worker = {f"rollout/tokens_per_s/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
+    per_worker = {f"{keys.TOKENS_PER_S}/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
     agent = {k: sum(m[k] for _, m in results) / len(results) for k in results[0][1] if k.startswith("agent/")}  # multi-turn stats
-    return samples, {"rollout/tokens_per_s": tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker, **agent}
+    tools = {k: sum(m[k] for _, m in results) for k in keys.TOOL_COUNTS if k in results[0][1]}  # runs with tools
+    return samples, {keys.TOKENS_PER_S: tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker, **agent, **tools}
 
 
 def score(actors, samples) -> dict[str, float]:
@@ -66,7 +68,8 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     kept, metrics = [], {"dapo/groups_dropped": 0.0}
     for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
         samples, metrics_rollout = rollout(actors, prompts.take(want), step * a.dynamic_sampling_max_tries + attempt, first_group_id=attempt * want)
-        metrics.update(metrics_rollout, **score(actors, samples))
+        tools = {k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout}  # every try's calls
+        metrics.update(metrics_rollout, **tools, **score(actors, samples))
         if a.overlong_buffer_len:  # DAPO soft overlong punishment
             lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
             for s, penalty in zip(samples, overlong_penalty(lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty).tolist()):
@@ -117,13 +120,13 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
         with timer("sync"):
             sync_weights(actors, version=step + 1)
     metrics = {
-        "reward/mean": batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
+        keys.REWARD_MEAN: batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask).max().item(),
-        "weights/version": step + 1, "weights/staleness": step - min(s.weight_version for s in samples), **sample_metrics, **update_metrics, **timer.seconds,
+        keys.WEIGHTS_VERSION: step + 1, keys.STALENESS: step - min(s.weight_version for s in samples), **sample_metrics, **update_metrics, **timer.seconds,
     }
     if actors.reference is not None:
-        metrics.update({"kl/mean": kl_mean, "kl/coef": kl_ctl.value})
+        metrics.update({keys.KL_MEAN: kl_mean, "kl/coef": kl_ctl.value})
     return metrics
 
 
@@ -159,7 +162,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 state["accuracy_before"] = evaluate(actors, eval_rows)
         for step in range(start_step, cfg.training.steps):
             metrics = train_step(cfg, actors, prompts, step, kl_ctl)
-            state["rewards"].append(metrics["reward/mean"])
+            state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics["eval/accuracy"] = evaluate(actors, eval_rows)
             loggers.log(metrics, step + 1)

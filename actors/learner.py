@@ -9,6 +9,7 @@ from actors.weights import WeightSender, node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.config import Config
+from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
 from relay.policy import compute_logprobs, response_logprobs
 from relay.types import Batch
@@ -51,7 +52,7 @@ class Learner:
         metrics = run_update(self.model, self.optimizer, batch.to(self.device), self._loss, self.cfg.training,
                              seed=self.cfg.run.seed, weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean")
         out = {f"actor/{k}": v for k, v in metrics.items()}
-        out["time/update_s"] = time.perf_counter() - start
+        out[LEARNER_UPDATE_S] = time.perf_counter() - start
         return out
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -112,9 +113,3 @@ class Learner:
         from relay.models.loading import load_tokenizer
 
         save_hf_model(self.model, load_tokenizer(tokenizer_path), folder)
-
-    def peak_memory_mb(self) -> float:
-        from actors.rollout import peak_rss_mb
-
-        return peak_rss_mb()
-

@@ -6,18 +6,15 @@ of a Tune sweep, share one cluster and one Grafana panel. Prometheus sees them w
 `ray_` prefix, e.g. `ray_relay_reward_mean{run="tiny-grpo"}`, about 10 s (Ray's report
 interval) after they are recorded.
 
-Keys read from the metrics dict (absent keys are skipped, so a loop without tools or without
-a queue records nothing for them):
+Keys read from the metrics dict (relay/metric_keys.py names them for the code that writes them
+and for this module; absent keys are skipped, so a run without tools records nothing for them):
 
-    reward/mean, kl/mean, actor/pg_loss           gauges
+    reward/mean, kl/mean, actor/pg_loss           gauges (kl/mean: runs with a reference policy)
     rollout/tokens_per_s                          gauge, worker="all"
     rollout/tokens_per_s/<worker>                 gauge, worker=<worker> (one per rollout worker)
     time/step_s, time/sync_s                      histograms (and gauges of the last value)
-    weights/version                               gauge: the policy version after this step
-    weights/staleness                             gauge; else weights/version - 1 - weights/batch_version
-                                                  (batch_version: the oldest weight version in the batch)
-    rollout/queue_depth                           gauge: batches generated, not yet trained on
-    tools/calls_per_s (or tools/calls / time/rollout_s)   gauge
+    weights/version, weights/staleness            gauges
+    tools/calls / time/rollout_s                  gauge: tool calls per second of the rollout phase
     tools/errors                                  counter (errors this step are added)
 """
 from __future__ import annotations
@@ -27,25 +24,39 @@ import math
 import ray
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from relay import metric_keys as keys
+
 PREFIX = "relay_"
 # Seconds: from a tiny CPU step (~0.1 s) to a large GPU step or a slow weight sync (minutes).
 SECONDS_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600]
 
-# metrics-dict key -> (Prometheus name without prefix, description)
-GAUGES: dict[str, tuple[str, str]] = {
-    "reward/mean": ("reward_mean", "Mean reward of the step's rollout batch"),
-    "kl/mean": ("kl_mean", "Mean per-token KL between policy and reference"),
-    "actor/pg_loss": ("policy_loss", "Policy-gradient loss of the step's update"),
-    "time/step_s": ("step_seconds_last", "Wall time of the last training step"),
-    "time/sync_s": ("weight_sync_seconds_last", "Wall time of the last learner -> rollout weight sync"),
-    "weights/version": ("weights_version", "Policy weight version after the step"),
-    "rollout/queue_depth": ("queue_depth", "Rollout batches generated but not yet trained on"),
+# Every Ray metric of a run: name without prefix -> (kind, description, tag keys besides "run").
+METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
+    "reward_mean": (Gauge, "Mean reward of the step's rollout batch", ()),
+    "kl_mean": (Gauge, "Mean per-token KL between policy and reference", ()),
+    "policy_loss": (Gauge, "Policy-gradient loss of the step's update", ()),
+    "rollout_tokens_per_s": (Gauge, "Generated tokens per second, per rollout worker ('all': the whole batch)", ("worker",)),
+    "step_seconds": (Histogram, "Wall time of a training step", ()),
+    "step_seconds_last": (Gauge, "Wall time of the last training step", ()),
+    "weight_sync_seconds": (Histogram, "Wall time of a learner -> rollout weight sync", ()),
+    "weight_sync_seconds_last": (Gauge, "Wall time of the last learner -> rollout weight sync", ()),
+    "weights_version": (Gauge, "Policy weight version after the step", ()),
+    "staleness": (Gauge, "Policy version the update used minus the batch's (oldest) weight version", ()),
+    "tool_calls_per_s": (Gauge, "Tool calls per second of rollout", ()),
+    "tool_errors": (Counter, "Tool calls that failed (timeouts, bad calls, sandbox errors)", ()),
+    "steps": (Counter, "Training steps finished", ()),
 }
-HISTOGRAMS: dict[str, tuple[str, str]] = {
-    "time/step_s": ("step_seconds", "Wall time of a training step"),
-    "time/sync_s": ("weight_sync_seconds", "Wall time of a learner -> rollout weight sync"),
+# metrics-dict key -> the metrics that record its value as it is
+AS_IS: dict[str, tuple[str, ...]] = {
+    keys.REWARD_MEAN: ("reward_mean",),
+    keys.KL_MEAN: ("kl_mean",),
+    keys.POLICY_LOSS: ("policy_loss",),
+    keys.STEP_S: ("step_seconds", "step_seconds_last"),
+    keys.SYNC_S: ("weight_sync_seconds", "weight_sync_seconds_last"),
+    keys.WEIGHTS_VERSION: ("weights_version",),
+    keys.STALENESS: ("staleness",),
+    keys.TOOL_ERRORS: ("tool_errors",),
 }
-TOKENS_PER_S = "rollout/tokens_per_s"
 
 
 def _finite(value) -> float | None:
@@ -56,64 +67,47 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def readings(metrics: dict) -> list[tuple[str, float, dict[str, str]]]:
+    """(metric name, value, tags besides "run") for everything one step's metrics dict records;
+    keys it does not know and values that are not finite numbers are left out."""
+    def get(key: str) -> float | None:
+        return _finite(metrics[key]) if key in metrics else None
+
+    out = [(name, v, {}) for key, names in AS_IS.items() if (v := get(key)) is not None for name in names]
+    if (v := get(keys.TOKENS_PER_S)) is not None:
+        out.append(("rollout_tokens_per_s", v, {"worker": "all"}))
+    for key in metrics:
+        if key.startswith(keys.TOKENS_PER_S + "/") and (v := get(key)) is not None:
+            out.append(("rollout_tokens_per_s", v, {"worker": key[len(keys.TOKENS_PER_S) + 1:]}))
+    if (calls := get(keys.TOOL_CALLS)) is not None and (seconds := get(keys.ROLLOUT_S)):
+        out.append(("tool_calls_per_s", calls / seconds, {}))
+    out.append(("steps", 1.0, {}))
+    return out
+
+
 class RunMetrics:
     """One run's Ray metrics. Create after Ray is connected; call `record` once per step."""
 
     def __init__(self, run_name: str):
         self.run = run_name
-        tags = {"run": run_name}
-
-        def gauge(name: str, description: str, extra_keys: tuple[str, ...] = ()) -> Gauge:
-            g = Gauge(PREFIX + name, description=description, tag_keys=("run", *extra_keys))
-            g.set_default_tags(tags)
-            return g
-
-        self.gauges = {key: gauge(name, desc) for key, (name, desc) in GAUGES.items()}
-        self.histograms = {}
-        for key, (name, desc) in HISTOGRAMS.items():
-            h = Histogram(PREFIX + name, description=desc, boundaries=SECONDS_BOUNDARIES, tag_keys=("run",))
-            h.set_default_tags(tags)
-            self.histograms[key] = h
-        self.tokens_per_s = gauge("rollout_tokens_per_s", "Generated tokens per second, per rollout worker ('all': the whole batch)", ("worker",))
-        self.staleness = gauge("staleness", "Policy version the update used minus the batch's (oldest) weight version")
-        self.tool_calls_per_s = gauge("tool_calls_per_s", "Tool calls per second of rollout")
-        self.tool_errors = Counter(PREFIX + "tool_errors", description="Tool calls that failed (timeouts, bad calls, sandbox errors)", tag_keys=("run",))
-        self.tool_errors.set_default_tags(tags)
-        self.steps = Counter(PREFIX + "steps", description="Training steps finished", tag_keys=("run",))
-        self.steps.set_default_tags(tags)
+        self.metrics = {}
+        for name, (kind, description, tag_keys) in METRICS.items():
+            extra = {"boundaries": SECONDS_BOUNDARIES} if kind is Histogram else {}
+            metric = kind(PREFIX + name, description=description, tag_keys=("run", *tag_keys), **extra)
+            metric.set_default_tags({"run": run_name})
+            self.metrics[name] = metric
 
     def record(self, metrics: dict) -> None:
-        """One step's metrics (the dict the loggers get); keys it does not know are ignored."""
-        def get(key: str) -> float | None:
-            return _finite(metrics[key]) if key in metrics else None
-
-        for key, g in self.gauges.items():
-            if (v := get(key)) is not None:
-                g.set(v)
-        for key, h in self.histograms.items():
-            if (v := get(key)) is not None:
-                h.observe(max(v, 0.0))
-        if (v := get(TOKENS_PER_S)) is not None:
-            self.tokens_per_s.set(v, tags={"worker": "all"})
-        for key in metrics:
-            if key.startswith(TOKENS_PER_S + "/") and (v := get(key)) is not None:
-                self.tokens_per_s.set(v, tags={"worker": key[len(TOKENS_PER_S) + 1:]})
-        staleness = get("weights/staleness")
-        batch_version = get("weights/batch_version")
-        if staleness is None and batch_version is not None and (version := get("weights/version")) is not None:
-            # weights/version is the version after this step's update, so the update itself ran
-            # on version - 1; a synchronous loop gives 0, one-step-off async gives 1.
-            staleness = version - 1 - batch_version
-        if staleness is not None:
-            self.staleness.set(staleness)
-        calls_per_s = get("tools/calls_per_s")
-        if calls_per_s is None and (calls := get("tools/calls")) is not None and (seconds := get("time/rollout_s")):
-            calls_per_s = calls / seconds
-        if calls_per_s is not None:
-            self.tool_calls_per_s.set(calls_per_s)
-        if (errors := get("tools/errors")) is not None and errors > 0:
-            self.tool_errors.inc(errors)
-        self.steps.inc()
+        """One step's metrics (the dict the loggers get)."""
+        for name, value, tags in readings(metrics):
+            metric = self.metrics[name]
+            if isinstance(metric, Histogram):
+                metric.observe(max(value, 0.0), tags=tags)
+            elif isinstance(metric, Counter):
+                if value > 0:  # Ray counters take only positive increments
+                    metric.inc(value, tags=tags)
+            else:
+                metric.set(value, tags=tags)
 
 
 _runs: dict[str, RunMetrics] = {}
@@ -126,35 +120,3 @@ def publish(run_name: str, metrics: dict) -> None:
     if run_name not in _runs:
         _runs[run_name] = RunMetrics(run_name)
     _runs[run_name].record(metrics)
-
-
-# ------------------------------------------------------------------ reading them back
-
-
-def export_port(session_dir: str) -> int | None:
-    """The Prometheus export port a node wrote into its session folder (None: not yet)."""
-    from pathlib import Path
-
-    for path in sorted(Path(session_dir).glob("metrics_export_port_*")):
-        text = path.read_text().strip()
-        if text.isdigit():
-            return int(text)
-    return None
-
-
-def scrape(port: int, host: str = "127.0.0.1", prefix: str = "ray_" + PREFIX) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of every sample whose name starts with `prefix` on a node's export."""
-    import re
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = []
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
-        match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)", line)
-        if match:
-            name, labels, value = match.groups()
-            samples.append((name, dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels or "")), float(value)))
-    return samples

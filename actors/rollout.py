@@ -15,7 +15,7 @@ import ray
 import torch
 
 from actors.weights import WeightReceiver, node_id
-from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
 from relay.config import Config, resolve_dotted
 from relay.data import row_messages
@@ -103,6 +103,8 @@ class RolloutWorker:
         seconds = time.perf_counter() - start
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        if self.cfg.tools.enabled:
+            metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
 
     def sleep(self) -> None:

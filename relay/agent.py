@@ -42,6 +42,7 @@ from relay.config import Config
 from relay.data import row_messages
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
+from relay.metric_keys import TOOL_CALLS, TOOL_ERRORS
 from relay.tools.parsers import ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import FinishReason, Sample
@@ -296,3 +297,10 @@ def episode_metrics(samples: list[Sample]) -> dict[str, float]:
     for reason in FinishReason:
         out[f"agent/finish_{reason}"] = sum(s.finish_reason == reason for s in samples) / len(samples)
     return out
+
+
+def tool_call_counts(samples: list[Sample]) -> dict[str, float]:
+    """Totals over a batch of episodes: the tool calls the model made, and those that failed
+    (timeouts, tool errors, and malformed calls, which are counted but never run)."""
+    calls = [c for s in samples for c in s.tool_calls]
+    return {TOOL_CALLS: float(len(calls)), TOOL_ERRORS: float(sum(not c["ok"] for c in calls))}

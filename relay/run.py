@@ -9,6 +9,7 @@ from pathlib import Path
 from relay.config import Config, resolve_dotted
 from relay.data import load_rows
 from relay.envs.arithmetic import make_rows
+from relay.metric_keys import phase_seconds
 
 
 def run_folder(cfg: Config, resume: bool) -> Path:
@@ -56,7 +57,8 @@ class PhaseTimer:
     def __call__(self, phase: str):
         start = time.perf_counter()
         yield
-        self.seconds[f"time/{phase}_s"] = self.seconds.get(f"time/{phase}_s", 0.0) + time.perf_counter() - start
+        key = phase_seconds(phase)
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
 
 def split(items: list, parts: int) -> list[list]:

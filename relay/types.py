@@ -1,6 +1,6 @@
 """The one record type that crosses actors (Sample) and its padded tensor view (Batch).
 
-Layout follows verl: prompts left-padded to P, responses right-padded to R, so the response
+Layout: prompts left-padded to P, responses right-padded to R, so the response
 of every row starts at column P and the learner slices logits[:, P-1 : P-1+R].
 """
 from __future__ import annotations

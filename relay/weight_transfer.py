@@ -47,7 +47,7 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
 @dataclass(frozen=True)
 class WeightPayload:
     """The learner's state dict as the object store carries it: numpy arrays, which Ray hands to
-    every reader zero-copy (FINDINGS.md); bf16, which numpy lacks, as its raw 16-bit pattern."""
+    every reader zero-copy; bf16, which numpy lacks, as its raw 16-bit pattern."""
     arrays: dict[str, np.ndarray]
     bf16: frozenset[str]
     aliases: dict[str, str]

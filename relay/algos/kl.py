@@ -30,7 +30,7 @@ def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """[B,R] exp(ref - logp) - (ref - logp) - 1, clamped as verl's low_var_kl.
+    """[B,R] exp(ref - logp) - (ref - logp) - 1, clamped (the low-variance KL).
 
     The log-ratio clamp to [-20, 20] keeps exp finite when a token is far more likely under
     one model; the output clamp to [-10, 10] bounds a single token's pull on the loss.

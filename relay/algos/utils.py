@@ -38,7 +38,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over mask==1 of the whole tensor; 0 where mask==0.
 
-    Unbiased variance, as verl's masked_whiten. One element (or none) whitens to 0.
+    Unbiased variance (divided by n - 1). One element (or none) whitens to 0.
     """
     mean = masked_mean(x, mask)
     var = masked_var(x, mask, unbiased=True)

@@ -1,6 +1,5 @@
 """One typed, frozen config tree. YAML is data; `key=value` overrides; validate() lists every
-problem at once, each with its key path, before any actor starts (after torchtune's
-config/_validate.py).
+problem at once, each with its key path, before any actor starts.
 
     schema.py    the dataclasses: Config and its sections, the sandbox, tool-server and logging settings
     load.py      load_config (YAML + dotted overrides, typed), save_resolved

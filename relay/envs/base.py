@@ -104,16 +104,6 @@ class EnvRunner:
             out.append(res)
         return out
 
-    def state(self, episode_ids: list[str]) -> list[str]:
-        """get_state_description() of live episodes ("" for finished ones or on failure)."""
-        out = []
-        for eid in episode_ids:
-            try:
-                out.append(str(self.live[eid].get_state_description()) if eid in self.live else "")
-            except Exception:
-                out.append("")
-        return out
-
     def close(self, episode_ids: list[str]) -> None:
         """Episodes the agent loop ended (limits, errors): their instances go back to the pool."""
         for eid in episode_ids:

@@ -1,6 +1,6 @@
 """The HTTP tool server: runs model-written Python code in the sandbox for rollout workers.
 
-Protocol (the seeds' tool server, docs/seeds 003):
+Protocol:
     POST /execute  {"code": "..."}   (any other field is ignored: it can never raise a limit)
         200 -> {"ok", "stdout", "stderr", "exit_code", "timed_out", "truncated", "error",
                 "killed_reason", "seconds"}          the code ran (whatever it did)

@@ -1,4 +1,5 @@
-"""Run-tagged Ray metrics reach the node's Prometheus export (what the dashboard and Grafana read).
+"""Run-tagged Ray metrics: they reach the node's Prometheus export (what the dashboard and Grafana
+read), and two real training steps give every one of them a value.
 
 Ray exports custom metrics about 10 s after they are recorded (its report interval), so the
 read-back polls, bounded by a deadline; no assertion is about time.
@@ -8,17 +9,25 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import ray
 
+import driver
 from actors import metrics as relay_metrics
+from relay import metric_keys as keys
+from relay.config import load_config
+from relay.tools.sandbox import SandboxConfig, sandbox_available
+from tests.prometheus import export_port, scrape
+
+REPO = Path(__file__).resolve().parents[2]
 
 STEP = {
     "reward/mean": 0.625, "kl/mean": 0.0125, "actor/pg_loss": -0.25, "rollout/tokens_per_s": 1500.0,
     "rollout/tokens_per_s/0": 800.0, "rollout/tokens_per_s/1": 700.0, "time/step_s": 0.3,
-    "time/sync_s": 0.02, "weights/version": 7, "weights/batch_version": 5, "rollout/queue_depth": 2,
-    "tools/calls": 12, "time/rollout_s": 4.0, "tools/errors": 3, "reward/std": float("nan"),
+    "time/sync_s": 0.02, "weights/version": 7, "weights/staleness": 1, "tools/calls": 12, "time/rollout_s": 4.0,
+    "tools/errors": 3, "reward/std": float("nan"),
 }
 
 
@@ -32,7 +41,8 @@ def test_publish_without_ray_is_a_no_op():
 @pytest.fixture(scope="module")
 def ray_session():
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp_dir, namespace="relay-metrics-test")
+    # Logical CPUs for a whole run's actors (the two-step test); the loop's phases do not overlap.
+    ray.init(num_cpus=4, include_dashboard=False, _temp_dir=temp_dir, namespace="relay-metrics-test")
     try:
         yield ray._private.worker.global_worker.node.get_session_dir_path()
     finally:
@@ -44,20 +54,20 @@ def wait_for(port: int, want: set[str], run: str, deadline_s: float = 30.0):
     """Scrape until every metric in `want` shows up with run=`run`, or the deadline passes."""
     deadline = time.monotonic() + deadline_s
     while True:
-        samples = [s for s in relay_metrics.scrape(port) if s[1].get("run") == run]
+        samples = [s for s in scrape(port) if s[1].get("run") == run]
         if want <= {name for name, _, _ in samples} or time.monotonic() > deadline:
             return samples
         time.sleep(1)
 
 
 def test_step_metrics_reach_the_prometheus_export(ray_session):
-    port = relay_metrics.export_port(ray_session)
+    port = export_port(ray_session)
     assert port is not None, f"no metrics_export_port_* in {ray_session}"
     relay_metrics.publish("metrics-test", STEP)
     relay_metrics.publish("other-run", {"reward/mean": 0.1})  # a second run on the same cluster
     p = "ray_relay_"
     want = {p + n for n in ("reward_mean", "kl_mean", "policy_loss", "rollout_tokens_per_s", "step_seconds_count",
-                            "weight_sync_seconds_count", "step_seconds_last", "staleness", "queue_depth",
+                            "weight_sync_seconds_count", "step_seconds_last", "staleness",
                             "tool_calls_per_s", "tool_errors_total", "weights_version", "steps_total")}
     samples = wait_for(port, want, "metrics-test")
     got = {(name, labels.get("worker")): value for name, labels, value in samples}
@@ -71,13 +81,55 @@ def test_step_metrics_reach_the_prometheus_export(ray_session):
     assert got[(p + "step_seconds_last", None)] == pytest.approx(0.3)
     assert got[(p + "step_seconds_count", None)] == 1
     assert got[(p + "weight_sync_seconds_count", None)] == 1
-    assert got[(p + "staleness", None)] == 1  # the update ran on version 6, the batch was made by 5
-    assert got[(p + "queue_depth", None)] == 2
+    assert got[(p + "staleness", None)] == 1
     assert got[(p + "tool_calls_per_s", None)] == pytest.approx(3.0)
     assert got[(p + "tool_errors_total", None)] == 3
     assert got[(p + "weights_version", None)] == 7
     assert got[(p + "steps_total", None)] == 1
     # The other run's value is its own; keys a step lacks are not invented for it.
-    other = {name: value for name, labels, value in relay_metrics.scrape(port) if labels.get("run") == "other-run"}
+    other = {name: value for name, labels, value in scrape(port) if labels.get("run") == "other-run"}
     assert other[p + "reward_mean"] == pytest.approx(0.1)
     assert p + "kl_mean" not in other and p + "reward_std" not in got
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")
+def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path, monkeypatch):
+    """Every metric RunMetrics defines gets a value from what the loop produces: two steps of the
+    tool-using math task with a reference policy (kl/mean). Ray's metric objects cannot be read
+    back in process, so the test observes `readings`, through which RunMetrics.record turns each
+    step's metrics dict into values (the Prometheus test above covers the rest of the way)."""
+    recorded, batches = [], []
+    readings, rollout = relay_metrics.readings, driver.rollout
+
+    def recording_readings(metrics):
+        recorded.append(readings(metrics))
+        return recorded[-1]
+
+    def recording_rollout(actors, rows, *args, **kwargs):
+        samples, metrics = rollout(actors, rows, *args, **kwargs)
+        if not kwargs.get("greedy"):
+            batches.append(samples)
+        return samples, metrics
+
+    monkeypatch.setattr(relay_metrics, "readings", recording_readings)
+    monkeypatch.setattr(driver, "rollout", recording_rollout)
+    cfg = load_config(REPO / "configs/math_tool.yaml", [
+        f"run.output_dir={tmp_path}", "run.name=metrics-e2e", "training.steps=2", "training.prompts_per_step=2",
+        "rollout.n=2", "task.num_eval_rows=2", "algorithm.kl_coef=0.001", "checkpoint.save_hf_model=false",
+        "logging.console=false"])
+    reported = []
+    driver.train(cfg, report=lambda step, metrics: reported.append(metrics))
+
+    assert len(recorded) == len(reported) == len(batches) == 2
+    for step_readings, metrics, samples in zip(recorded, reported, batches):
+        names = {name for name, _, _ in step_readings}
+        assert names == set(relay_metrics.METRICS), f"no value for {set(relay_metrics.METRICS) - names}"
+        assert {tags.get("worker") for name, _, tags in step_readings if name == "rollout_tokens_per_s"} == {"all", "0"}
+        # the tool counts are the batch's own tool-call records
+        calls = [c for s in samples for c in s.tool_calls]
+        assert metrics[keys.TOOL_CALLS] == len(calls)
+        assert metrics[keys.TOOL_ERRORS] == sum(not c["ok"] for c in calls)
+        # the learner's own update time has its own key, inside the driver's update phase
+        assert 0 < metrics[keys.LEARNER_UPDATE_S] <= metrics[keys.phase_seconds("update")]
+    assert sum(m[keys.TOOL_CALLS] for m in reported) > 0

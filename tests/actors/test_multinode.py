@@ -17,9 +17,9 @@ import time
 import pytest
 import ray
 
-from actors.metrics import scrape
 from actors.pools import NODE_RESOURCE_SHARE, _bundle
 from relay.config import ConfigError, RoleResources, load_config
+from tests.prometheus import scrape
 
 
 def test_bundle_carries_the_node_label():

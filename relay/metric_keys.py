@@ -1,0 +1,26 @@
+"""Names of the step-metrics keys that more than one place relies on: the code that writes each
+key and the Ray metrics publisher (actors/metrics.py) that reads it both use these constants,
+so a rename reaches both sides. tests/actors/test_metrics.py runs two real training steps and
+checks that every Ray metric the publisher defines got a value from them.
+"""
+from __future__ import annotations
+
+
+def phase_seconds(phase: str) -> str:
+    """The key of a phase's wall time in one step (relay.run.PhaseTimer writes it)."""
+    return f"time/{phase}_s"
+
+
+REWARD_MEAN = "reward/mean"
+KL_MEAN = "kl/mean"
+POLICY_LOSS = "actor/pg_loss"  # the Learner's "pg_loss" under its "actor/" prefix
+TOKENS_PER_S = "rollout/tokens_per_s"  # the whole batch; f"{TOKENS_PER_S}/{i}": rollout worker i
+WEIGHTS_VERSION = "weights/version"  # the policy version after the step's update
+STALENESS = "weights/staleness"  # the version the update ran on minus the batch's oldest weight version
+TOOL_CALLS = "tools/calls"  # tool calls the model made this step (malformed ones included)
+TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, timeouts, malformed calls)
+TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
+STEP_S = phase_seconds("step")
+ROLLOUT_S = phase_seconds("rollout")
+SYNC_S = phase_seconds("sync")
+LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; phase_seconds("update") is the driver's
