@@ -19,7 +19,15 @@ from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
 from relay import metric_keys as keys
-from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, make_kl_controller, kl_penalty, masked_mean, mixed_group_mask, overlong_penalty
+from relay.algos import (
+    TOKEN_LEVEL_ESTIMATORS,
+    compute_advantages,
+    kl_penalty,
+    make_kl_controller,
+    masked_mean,
+    mixed_group_mask,
+    overlong_penalty,
+)
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator

@@ -83,8 +83,8 @@ def make_cfg(engine: str, model_path: str, dtype: str, a, cuda: bool):
 
 def weights_of(model_path: str, dtype: str):
     """The WeightPayload the Learner puts in the object store."""
-    from relay.weight_transfer import WeightPayload
     from relay.models.loading import load_model
+    from relay.weight_transfer import WeightPayload
 
     return WeightPayload.of(load_model(model_path, dtype).state_dict())
 

@@ -34,8 +34,9 @@ conversation (tests/unit/test_agent_loop.py checks this on two templates).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from relay.chat import ChatFormat
 from relay.config import Config

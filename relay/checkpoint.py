@@ -293,11 +293,11 @@ def restore_rng(rng: dict) -> None:
         return
     # Resuming on a different machine is legitimate; the run continues, just not bit-identically.
     if not torch.cuda.is_available():
-        warnings.warn("checkpoint holds CUDA RNG states but CUDA is not available; not restored")
+        warnings.warn("checkpoint holds CUDA RNG states but CUDA is not available; not restored", stacklevel=2)
         return
     count = torch.cuda.device_count()
     if count != len(cuda_states):
-        warnings.warn(f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices")
+        warnings.warn(f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices", stacklevel=2)
     for device, state in enumerate(cuda_states[:count]):
         torch.cuda.set_rng_state(torch.tensor(state, dtype=torch.uint8), device)
 

@@ -109,8 +109,14 @@ class ConsoleLogger:
         self._first: tuple[float, int] | None = None  # (time, step) of the first log: ETA base
         self._progress = None
         if self.live:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("[bold]train"), BarColumn(bar_width=24), MofNCompleteColumn(),

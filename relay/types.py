@@ -94,21 +94,21 @@ class Batch:
     def __len__(self) -> int:
         return self.prompts.shape[0]
 
-    def select(self, idx: torch.Tensor | list[int]) -> "Batch":
+    def select(self, idx: torch.Tensor | list[int]) -> Batch:
         """Rows idx of every tensor."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.prompts.device)
         return self._map(lambda t: t.index_select(0, idx))
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         """Every tensor on `device`."""
         return self._map(lambda t: t.to(device))
 
-    def _map(self, fn) -> "Batch":
+    def _map(self, fn) -> Batch:
         """A Batch of fn(tensor) for every tensor field; fields not set yet stay None."""
         return Batch(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
 
     @classmethod
-    def from_samples(cls, samples: list[Sample], pad_id: int) -> "Batch":
+    def from_samples(cls, samples: list[Sample], pad_id: int) -> Batch:
         B = len(samples)
         P = max(len(s.prompt_ids) for s in samples)
         R = max(1, max(len(s.response_ids) for s in samples))

@@ -8,7 +8,7 @@ so the step equals the one a single forward over the whole mini-batch would take
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

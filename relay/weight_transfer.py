@@ -53,7 +53,7 @@ class WeightPayload:
     aliases: dict[str, str]
 
     @classmethod
-    def of(cls, state_dict: dict[str, torch.Tensor]) -> "WeightPayload":
+    def of(cls, state_dict: dict[str, torch.Tensor]) -> WeightPayload:
         unique, aliases = unique_tensors(state_dict)
         bf16 = frozenset(name for name, t in unique.items() if t.dtype == torch.bfloat16)
         arrays = {name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy() for name, t in unique.items()}
@@ -87,7 +87,7 @@ class BroadcastPlan:
     aliases: dict[str, str]
 
     @classmethod
-    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> "BroadcastPlan":
+    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> BroadcastPlan:
         unique, aliases = unique_tensors(state_dict)
         buckets, sizes = [[]], [0]
         for name, t in unique.items():
@@ -141,7 +141,7 @@ class WeightGroup:
                 buffer[s.offset:s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
             self._broadcast(buffer)
 
-    def receive(self, plan: BroadcastPlan) -> "ReceivedWeights":
+    def receive(self, plan: BroadcastPlan) -> ReceivedWeights:
         return ReceivedWeights(self, plan)
 
 

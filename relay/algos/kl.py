@@ -14,7 +14,8 @@ divergence gradient estimation for RL"):
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 

@@ -6,7 +6,7 @@ selects with torch.where before any exp or product (0 * inf = NaN, see relay.alg
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

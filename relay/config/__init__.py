@@ -9,13 +9,35 @@ problem at once, each with its key path, before any actor starts.
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.load import load_config, save_resolved
 from relay.config.schema import (
-    LOGGERS_EXTRA, TOOL_PARSERS, WANDB_MODES, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
-    CriticConfig, LoggingConfig, ModelConfig, ResourcesConfig, RoleResources, RolloutConfig, RunConfig,
-    SandboxConfig, SandboxMode, TaskConfig, ToolsConfig, ToolServerConfig, TrainingConfig,
+    LOGGERS_EXTRA,
+    TOOL_PARSERS,
+    WANDB_MODES,
+    AlgorithmConfig,
+    CheckpointConfig,
+    Config,
+    ConfigError,
+    CriticConfig,
+    LoggingConfig,
+    ModelConfig,
+    ResourcesConfig,
+    RoleResources,
+    RolloutConfig,
+    RunConfig,
+    SandboxConfig,
+    SandboxMode,
+    TaskConfig,
+    ToolsConfig,
+    ToolServerConfig,
+    TrainingConfig,
 )
 from relay.config.validate import (
-    engine_import_error, validate, validate_logging, validate_sandbox_limits, validate_tool_client,
-    validate_tool_server, validate_tools,
+    engine_import_error,
+    validate,
+    validate_logging,
+    validate_sandbox_limits,
+    validate_tool_client,
+    validate_tool_server,
+    validate_tools,
 )
 
 __all__ = [

@@ -9,13 +9,23 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted, resolve_dotted
-from relay.config.schema import (LOGGERS_EXTRA, TOOL_PARSERS, WANDB_MODES, Config, LoggingConfig, RoleResources,
-                                 SandboxConfig, SandboxMode, ToolsConfig, ToolServerConfig)
+from relay.config.schema import (
+    LOGGERS_EXTRA,
+    TOOL_PARSERS,
+    WANDB_MODES,
+    Config,
+    LoggingConfig,
+    RoleResources,
+    SandboxConfig,
+    SandboxMode,
+    ToolsConfig,
+    ToolServerConfig,
+)
 
 
 def validate(cfg: Config) -> list[str]:
     """Every value and cross-field problem, each naming its key path."""
-    from relay.algos import ESTIMATORS, POLICY_LOSSES, AGG_MODES
+    from relay.algos import AGG_MODES, ESTIMATORS, POLICY_LOSSES
 
     p: list[str] = []
 

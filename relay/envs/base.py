@@ -27,8 +27,9 @@ with the error recorded (StepResult.error); the instance is dropped, never reuse
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 class Environment(Protocol):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,7 +124,7 @@ class ToolClient:
             except _Retry as e:
                 last = str(e)
                 continue
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 return self._finish(ToolResult(
                     False, "", f"tool server did not answer within {self.cfg.timeout:g} s"), t0)
             except (OSError, http.client.HTTPException) as e:  # DNS, unreachable network, protocol errors

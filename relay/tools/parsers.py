@@ -360,7 +360,6 @@ class PythonicParser:
                 res.errors.append(f"function call list at {_short(text[start:], 40)!r} is not valid "
                                   f"Python call syntax ({msg}); write [name(arg=value, ...)]")
                 break
-            raw = text[start:end]
             pos = end
             if not isinstance(tree.body, ast.List):
                 continue

@@ -31,8 +31,9 @@ import time
 import typing
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from relay.tools.parsers import ToolCall
 from relay.tools.schema import function_schema, validate_arguments
@@ -55,7 +56,7 @@ class ToolResult:
         return "\n".join(parts)
 
     @classmethod
-    def from_execution(cls, d: Mapping[str, Any], seconds: float | None = None) -> "ToolResult":
+    def from_execution(cls, d: Mapping[str, Any], seconds: float | None = None) -> ToolResult:
         """From a code run (the tool server's JSON, or SandboxResult.to_json()): stdout, then stderr."""
         out, err = d.get("stdout") or "", d.get("stderr") or ""
         output = out + ("\n" if out and err and not out.endswith("\n") else "") + err
@@ -209,14 +210,14 @@ class PythonTool:
                 "required": ["code"]}}}
 
     @classmethod
-    def sandboxed(cls, cfg=None, mode: str = "bwrap", **kwargs) -> "PythonTool":
+    def sandboxed(cls, cfg=None, mode: str = "bwrap", **kwargs) -> PythonTool:
         """Runs code in this process's sandbox (relay.tools.sandbox); refuses where it cannot be built."""
         from relay.tools.sandbox import make_runner
         run = make_runner(mode, cfg)
         return cls(lambda code: ToolResult.from_execution(run(code).to_json()), **kwargs)
 
     @classmethod
-    def remote(cls, client, **kwargs) -> "PythonTool":
+    def remote(cls, client, **kwargs) -> PythonTool:
         """Sends code to a tool server through a relay.tools.client.ToolClient."""
         return cls(client.execute, **kwargs)
 

@@ -18,8 +18,8 @@ import json
 import re
 import types
 import typing
-from typing import Any, Callable, Literal, Union
-
+from collections.abc import Callable
+from typing import Any, Literal, Union
 
 # ----------------------------------------------------------------------------------- schemas
 

@@ -28,8 +28,9 @@ import signal
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, get_args
+from typing import get_args
 
 from relay.config import ConfigError, SandboxConfig, SandboxMode, ToolServerConfig, validate_tool_server
 from relay.tools.sandbox import SandboxResult, make_runner
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_HTTPServer"
+    server: _HTTPServer
     protocol_version = "HTTP/1.0"
     server_version = "relay-tools/1"
 
@@ -132,7 +133,7 @@ class _HTTPServer(ThreadingHTTPServer):
     block_on_close = True
     allow_reuse_address = True
     request_queue_size = 256  # listen backlog: bursts of 64+ connections wait in the kernel
-    owner: "ToolServer"
+    owner: ToolServer
 
 
 class ToolServer:
@@ -198,7 +199,7 @@ class ToolServer:
                     self._served += 1
         return 200, res.to_json()
 
-    def start(self) -> "ToolServer":
+    def start(self) -> ToolServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="relay-tool-server", daemon=True)
         self._thread.start()
@@ -218,7 +219,7 @@ class ToolServer:
             self._thread = None
         self._httpd.server_close()
 
-    def __enter__(self) -> "ToolServer":
+    def __enter__(self) -> ToolServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -10,7 +10,6 @@ from relay.algos import ESTIMATORS, compute_advantages, mixed_group_mask, overlo
 from relay.algos.utils import masked_mean, masked_whiten
 
 
-
 def close(a, b, tol=1e-4):
     # Not torch.testing.assert_close: its first call imports torch.distributed (seconds).
     b = torch.as_tensor(b, dtype=a.dtype)

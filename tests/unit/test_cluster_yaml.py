@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import pytest
 
@@ -15,9 +15,9 @@ from relay.tools.schema import function_schema, parse_docstring
 
 
 def search(query: str, limit: int = 5, scale: float = 1.0, exact: bool = False,
-           tags: list[str] | None = None, weights: dict[str, float] = {},
+           tags: list[str] | None = None, weights: dict[str, float] = {},  # noqa: B006 - the schema of a {} default
            mode: Literal["fast", "deep"] = "fast", pair: tuple[int, str] = (1, "a"),
-           when: Optional[int] = None, either: Union[int, str] = 0) -> str:
+           when: int | None = None, either: int | str = 0) -> str:
     """Search the corpus.
 
     Returns the best hits, one per line.

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from relay.config import ConfigError, validate_sandbox_limits
 from relay.tools.sandbox.cgroups import _CG_PREFIX, _cgroup_layout, _swap_total_kb, _sweep_stale_cgroups

@@ -19,8 +19,8 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from relay.tools.sandbox.cgroups import _CgroupLayout, _RunCgroup
 from relay.tools.sandbox.config import SandboxConfig, SandboxResult
