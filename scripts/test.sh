@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Each test process compiles bytecode once instead of re-reading torch's sources every run.
 export PYTHONDONTWRITEBYTECODE=
+.venv/bin/ruff check --quiet .  # lint (pyproject.toml [tool.ruff]): fails the run before the tests start
 exec .venv/bin/python -m pytest -q "$@"

@@ -20,81 +20,18 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
-
-@dataclass
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-    raw: str = ""  # the exact text the call was parsed from
-
-
-@dataclass
-class ParseResult:
-    calls: list[ToolCall] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:  # "did the model try to call a tool?"
-        return bool(self.calls or self.errors)
-
-
-class ToolParser(Protocol):
-    name: str
-    # Generation stops at these strings (the matched text is kept), so a turn ends with its call.
-    stop_strings: tuple[str, ...]
-    # None: the observation is appended right after the model's text, as plain text.
-    # "tool": it is the content of a {"role": "tool"} message rendered by the chat template.
-    result_role: str | None
-
-    def parse(self, text: str) -> ParseResult: ...
-
-    def format_result(self, call: ToolCall, result_text: str) -> str: ...
-
-
-# strict=False: accept raw newlines and tabs inside JSON strings; models write code that way.
-_LENIENT = json.JSONDecoder(strict=False)
-
-_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*$", re.S)
-
-
-def _strip_fence(text: str) -> str:
-    m = _FENCE.match(text)
-    return m.group(1) if m else text
-
-
-def _short(text: str, n: int = 80) -> str:
-    text = text.strip().replace("\n", "\\n")
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
-    """{"name": ..., "arguments": {...}} -> ToolCall, or an error message.
-
-    Accepts "parameters" for "arguments" (Llama 3.1 JSON style) and arguments encoded as a JSON
-    string (some models emit OpenAI's wire format, where arguments is a string).
-    """
-    if not isinstance(obj, dict):
-        return f"{where}: expected a JSON object with \"name\" and \"arguments\", got {type(obj).__name__}"
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        return f"{where}: missing \"name\" (a non-empty string) in {_short(raw)}"
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = _LENIENT.decode(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            return f"{where}: \"arguments\" of {name!r} is a string that is not valid JSON ({e.msg})"
-    if args is None:
-        args = {}
-    if not isinstance(args, dict):
-        return f"{where}: \"arguments\" of {name!r} must be a JSON object, got {type(args).__name__}"
-    return ToolCall(name=name, arguments=args, raw=raw)
-
-
-def _json_error(where: str, payload: str, e: json.JSONDecodeError) -> str:
-    return f"{where}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}) in {_short(payload)}"
+from relay.tools.calls import (
+    _LENIENT,
+    ParseResult,
+    ToolCall,
+    ToolParser,
+    _call_from_obj,
+    _json_error,
+    _short,
+    _strip_fence,
+)
 
 
 class TagParser:
