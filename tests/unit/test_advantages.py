@@ -1,4 +1,5 @@
 """Advantage estimators against numbers computed by hand, plus properties (hypothesis)."""
+
 import math
 
 import pytest
@@ -58,8 +59,11 @@ def test_reinforce_plus_plus_by_hand():
     # Five model tokens [0.5, 1, 0, 0, 0]: mean 0.3, unbiased var 0.8 / 4 = 0.2.
     mask = torch.tensor([[1.0, 1, 0], [1, 1, 1]])
     adv, ret = compute_advantages(
-        "reinforce_plus_plus", rewards=torch.tensor([1.0, 0.0]), loss_mask=mask,
-        group_ids=torch.tensor([0, 1]), gamma=0.5,
+        "reinforce_plus_plus",
+        rewards=torch.tensor([1.0, 0.0]),
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 1]),
+        gamma=0.5,
     )
     close(ret, [[0.5, 1, 0], [0, 0, 0]])
     s = math.sqrt(0.2)
@@ -72,8 +76,12 @@ def test_reward_to_go_skips_observation_tokens():
     mask = torch.tensor([[1.0, 0, 0, 1]])
     tr = torch.tensor([[0.0, 2.0, 0, 0]])
     _, ret = compute_advantages(
-        "reinforce_plus_plus", rewards=torch.tensor([1.0]), loss_mask=mask, group_ids=torch.tensor([0]),
-        token_rewards=tr, gamma=0.5,
+        "reinforce_plus_plus",
+        rewards=torch.tensor([1.0]),
+        loss_mask=mask,
+        group_ids=torch.tensor([0]),
+        token_rewards=tr,
+        gamma=0.5,
     )
     close(ret, [[2 + 0.5 * 1, 0, 0, 1]])
 
@@ -91,7 +99,10 @@ def test_reinforce_plus_plus_baseline_by_hand():
     close(ret, rewards[:, None].expand(4, 2))  # raw rewards, no baseline
     # An explicit baseline replaces the group mean.
     adv_b, _ = compute_advantages(
-        "reinforce_plus_plus_baseline", rewards=rewards, loss_mask=mask, group_ids=torch.tensor([0, 0, 1, 1]),
+        "reinforce_plus_plus_baseline",
+        rewards=rewards,
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 0, 1, 1]),
         baseline=torch.zeros(4),
     )
     adv_pp, _ = compute_advantages("reinforce_plus_plus", rewards=rewards, loss_mask=mask, group_ids=torch.arange(4))
@@ -107,8 +118,13 @@ def test_gae_by_hand_with_observation_token():
     mask = torch.tensor([[1.0, 1, 0, 1], [1, 1, 1, 1]])
     values = torch.tensor([[0.1, 0.2, 9.0, 0.3], [0, 0, 0, 0]])
     adv, ret = compute_advantages(
-        "gae", rewards=torch.tensor([1.0, 2.0]), loss_mask=mask, group_ids=torch.tensor([0, 1]),
-        values=values, gamma=0.9, lam=0.8,
+        "gae",
+        rewards=torch.tensor([1.0, 2.0]),
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 1]),
+        values=values,
+        gamma=0.9,
+        lam=0.8,
     )
     close(adv, [[0.49328, 0.574, 0, 0.7], [2 * 0.72**3, 2 * 0.72**2, 2 * 0.72, 2]], 1e-5)
     close(ret, [[0.59328, 0.774, 0, 1.0], [2 * 0.72**3, 2 * 0.72**2, 2 * 0.72, 2]], 1e-5)
@@ -127,8 +143,12 @@ def test_gae_ignores_values_under_mask():
 def test_empty_rows_and_singletons_give_zeros_not_nan(name):
     mask = torch.tensor([[0.0, 0, 0], [1, 1, 0], [1, 1, 1]])
     adv, ret = compute_advantages(
-        name, rewards=torch.tensor([3.0, 1.0, 2.0]), loss_mask=mask, group_ids=torch.tensor([0, 1, 1]),
-        values=torch.zeros(3, 3), token_rewards=torch.zeros(3, 3),
+        name,
+        rewards=torch.tensor([3.0, 1.0, 2.0]),
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 1, 1]),
+        values=torch.zeros(3, 3),
+        token_rewards=torch.zeros(3, 3),
     )
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
@@ -166,27 +186,40 @@ def test_group_advantages_sum_to_zero_per_group(name, data):
     rewards, gids = torch.tensor(data[0]), torch.tensor(data[1])
     adv, _ = compute_advantages(name, rewards=rewards, loss_mask=torch.ones(len(rewards), 2), group_ids=gids)
     per_row = adv[:, 0]
-    # grpo divides by std + eps: a near-constant group can give advantages ~ spread/eps, so
-    # scale the tolerance by the largest magnitude in the group.
     for g in gids.unique():
-        sel = per_row[gids == g]
-        assert abs(sel.sum().item()) <= 1e-4 * max(1.0, sel.abs().max().item()) * len(sel)
+        sel, r = per_row[gids == g], rewards[gids == g]
+        # In float32, r - mean carries rounding of order eps32 * max|r| per row, and grpo divides it
+        # by the group's std: rewards near 5 that differ by 1e-3 sum to zero only within ~1e-3.
+        # For well-separated groups this bound is tiny, so a wrong mean or std still fails it.
+        scale = 1.0 / (r.std().item() + 1e-6) if name == "grpo" and len(r) > 1 else 1.0
+        rounding = 8 * torch.finfo(torch.float32).eps * r.abs().max().item() * scale
+        assert abs(sel.sum().item()) <= (1e-4 * max(1.0, sel.abs().max().item()) + rounding) * len(sel)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.integers(1, 4).flatmap(lambda B: st.integers(1, 6).flatmap(lambda R: st.tuples(
-        st.lists(st.lists(st.booleans(), min_size=R, max_size=R), min_size=B, max_size=B),
-        st.lists(st.lists(st.floats(-3, 3, width=32), min_size=R, max_size=R), min_size=B, max_size=B),
-        st.lists(st.lists(st.floats(-3, 3, width=32), min_size=R, max_size=R), min_size=B, max_size=B),
-        st.lists(st.floats(-3, 3, width=32), min_size=B, max_size=B),
-    )))
+    st.integers(1, 4).flatmap(
+        lambda B: st.integers(1, 6).flatmap(
+            lambda R: st.tuples(
+                st.lists(st.lists(st.booleans(), min_size=R, max_size=R), min_size=B, max_size=B),
+                st.lists(st.lists(st.floats(-3, 3, width=32), min_size=R, max_size=R), min_size=B, max_size=B),
+                st.lists(st.lists(st.floats(-3, 3, width=32), min_size=R, max_size=R), min_size=B, max_size=B),
+                st.lists(st.floats(-3, 3, width=32), min_size=B, max_size=B),
+            )
+        )
+    )
 )
 def test_gae_lambda1_gamma1_is_return_minus_value(data):
     mask, values, token_rewards, rewards = (torch.tensor(x, dtype=torch.float32) for x in data)
     adv, ret = compute_advantages(
-        "gae", rewards=rewards, loss_mask=mask, group_ids=torch.zeros(len(rewards), dtype=torch.long),
-        values=values, token_rewards=token_rewards, gamma=1.0, lam=1.0,
+        "gae",
+        rewards=rewards,
+        loss_mask=mask,
+        group_ids=torch.zeros(len(rewards), dtype=torch.long),
+        values=values,
+        token_rewards=token_rewards,
+        gamma=1.0,
+        lam=1.0,
     )
     B, R = mask.shape
     for b in range(B):
