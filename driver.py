@@ -3,6 +3,7 @@
 prompts -> rollout -> rewards -> reference logprobs -> advantages -> update -> weight sync
 -> log -> checkpoint. Every arrow is an object ref moving between Ray actors.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # the imports below take seconds; the first line should not wait for them
@@ -41,15 +42,24 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     """Shard prompts over the rollout workers; one group id per prompt across the whole batch.
     `seed_round` seeds sampling, so a resumed run samples exactly what the first run did."""
     shards = split(rows, len(actors.rollout))
-    refs = [w.rollout.remote(shard, seed_round, first_group_id=first_group_id + i * len(shard), greedy=greedy)
-            for i, (w, shard) in enumerate(zip(actors.rollout, shards))]
+    refs = [
+        w.rollout.remote(shard, seed_round, first_group_id=first_group_id + i * len(shard), greedy=greedy)
+        for i, (w, shard) in enumerate(zip(actors.rollout, shards))
+    ]
     results = ray.get(refs)
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
     per_worker = {f"{keys.TOKENS_PER_S}/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
-    agent = {k: sum(m[k] for _, m in results) / len(results) for k in results[0][1] if k.startswith("agent/")}  # multi-turn stats
+    agent = {
+        k: sum(m[k] for _, m in results) / len(results) for k in results[0][1] if k.startswith("agent/")
+    }  # multi-turn stats
     tools = {k: sum(m[k] for _, m in results) for k in keys.TOOL_COUNTS if k in results[0][1]}  # runs with tools
-    return samples, {keys.TOKENS_PER_S: tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9), **per_worker, **agent, **tools}
+    return samples, {
+        keys.TOKENS_PER_S: tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9),
+        **per_worker,
+        **agent,
+        **tools,
+    }
 
 
 def score(actors, samples) -> dict[str, float]:
@@ -75,22 +85,35 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     a, want = cfg.algorithm, cfg.training.prompts_per_step
     kept, metrics = [], {"dapo/groups_dropped": 0.0}
     for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
-        samples, metrics_rollout = rollout(actors, prompts.take(want), step * a.dynamic_sampling_max_tries + attempt, first_group_id=attempt * want)
-        tools = {k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout}  # every try's calls
+        samples, metrics_rollout = rollout(
+            actors, prompts.take(want), step * a.dynamic_sampling_max_tries + attempt, first_group_id=attempt * want
+        )
+        tools = {
+            k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
+        }  # every try's calls
         metrics.update(metrics_rollout, **tools, **score(actors, samples))
         if a.overlong_buffer_len:  # DAPO soft overlong punishment
             lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
-            for s, penalty in zip(samples, overlong_penalty(lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty).tolist()):
+            for s, penalty in zip(
+                samples,
+                overlong_penalty(
+                    lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty
+                ).tolist(),
+            ):
                 s.reward += penalty
         if not a.dynamic_sampling:
             return samples, metrics
-        mixed = mixed_group_mask(torch.tensor([s.reward for s in samples]), torch.tensor([s.group_id for s in samples])).tolist()
+        mixed = mixed_group_mask(
+            torch.tensor([s.reward for s in samples]), torch.tensor([s.group_id for s in samples])
+        ).tolist()
         metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / cfg.rollout.n
         kept += [s for s, keep in zip(samples, mixed) if keep]
         if len(kept) >= want * cfg.rollout.n:
             break
     metrics["dapo/tries"] = attempt + 1.0
-    return (kept[: want * cfg.rollout.n] or samples), metrics  # all groups flat after every try: train on the last batch
+    return (
+        kept[: want * cfg.rollout.n] or samples
+    ), metrics  # all groups flat after every try: train on the last batch
 
 
 def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) -> dict[str, float]:
@@ -104,7 +127,9 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
         # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
         # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.
-        final_rewards = batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
+        final_rewards = (
+            batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
+        )
         with timer("reference"):
             old_logprobs = actors.learner.compute_logprobs.remote(batch)
             values = actors.critic.compute_values.remote(batch) if actors.critic else None
@@ -116,22 +141,40 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
         if actors.reference is not None:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, a.kl_estimator)
             kl_mean = masked_mean(kl, batch.loss_mask).item()
-            if a.kl_in == "reward":  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
+            if (
+                a.kl_in == "reward"
+            ):  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
                 batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
                 kl_ctl.update(kl_mean, n_steps=len(batch))
         batch.advantages, batch.returns = compute_advantages(
-            a.estimator, rewards=final_rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids,
-            token_rewards=batch.token_rewards, values=batch.values, gamma=a.gamma, lam=a.lam)
+            a.estimator,
+            rewards=final_rewards,
+            loss_mask=batch.loss_mask,
+            group_ids=batch.group_ids,
+            token_rewards=batch.token_rewards,
+            values=batch.values,
+            gamma=a.gamma,
+            lam=a.lam,
+        )
         with timer("update"):
-            updates = [actors.learner.update.remote(batch)] + ([actors.critic.update.remote(batch)] if actors.critic else [])
+            updates = [actors.learner.update.remote(batch)] + (
+                [actors.critic.update.remote(batch)] if actors.critic else []
+            )
             update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
             sync_weights(actors, version=step + 1)
     metrics = {
-        keys.REWARD_MEAN: batch.rewards.mean().item(), "reward/std": batch.rewards.std(correction=0).item(),
+        keys.REWARD_MEAN: batch.rewards.mean().item(),
+        "reward/std": batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
-        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask).max().item(),
-        keys.WEIGHTS_VERSION: step + 1, keys.STALENESS: step - min(s.weight_version for s in samples), **sample_metrics, **update_metrics, **timer.seconds,
+        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask)
+        .max()
+        .item(),
+        keys.WEIGHTS_VERSION: step + 1,
+        keys.STALENESS: step - min(s.weight_version for s in samples),
+        **sample_metrics,
+        **update_metrics,
+        **timer.seconds,
     }
     if actors.reference is not None:
         metrics.update({keys.KL_MEAN: kl_mean, "kl/coef": kl_ctl.value})
@@ -155,11 +198,15 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         random.seed(cfg.run.seed)
     with phase("starting Ray"):
         connect(cfg)
-    kl_ctl = make_kl_controller(cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon)
+    kl_ctl = make_kl_controller(
+        cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
+    )
     if "kl_ctl" in state:
         kl_ctl.load_state_dict(state["kl_ctl"])
-    with actor_pools(cfg, path, run_dir.name) as actors, \
-            make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers:
+    with (
+        actor_pools(cfg, path, run_dir.name) as actors,
+        make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
+    ):
         if groups is not None:
             ray.get(actors.learner.load_state.remote(groups, state["learner"]))
             if actors.critic:
@@ -183,7 +230,9 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                     critic_tensors, state["critic"] = ray.get(actors.critic.state.remote())
                     tensors.update(critic_tensors)
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
-                save_checkpoint(run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n)
+                save_checkpoint(
+                    run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n
+                )
         accuracy_after = evaluate(actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
             ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
@@ -193,7 +242,9 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/default.yaml", help="YAML config (default: the tiny CPU run)")
-    parser.add_argument("--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
     args = parser.parse_args(argv)
     try:

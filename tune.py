@@ -24,6 +24,7 @@ Every trial reserves one placement group: a bundle for its driver loop plus one 
 take each other's CPUs or GPUs. At the end: a results table, and the best trial's full config
 as <output_dir>/<name>/best_config.yaml (run it with `python driver.py --config` that file).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,19 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> Sweep:
     """Read and check a sweep file; every problem at once, before Ray starts (ConfigError)."""
     raw = yaml.safe_load(Path(path).read_text()) or {}
     problems: list[str] = []
-    known = {"base", "overrides", "search", "num_samples", "metric", "mode", "scope", "scheduler",
-             "max_concurrent_trials", "name", "output_dir"}
+    known = {
+        "base",
+        "overrides",
+        "search",
+        "num_samples",
+        "metric",
+        "mode",
+        "scope",
+        "scheduler",
+        "max_concurrent_trials",
+        "name",
+        "output_dir",
+    }
     problems += [f"{path}: unknown key {k!r} (valid: {', '.join(sorted(known))})" for k in raw if k not in known]
     base, base_overrides = raw.get("base"), []
     if isinstance(base, dict):
@@ -116,8 +128,12 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> Sweep:
         values = spec[kind]
         if SEARCH_KINDS[kind] == "list" and not (isinstance(values, list) and values):
             problems.append(f"search.{key}.{kind}: a non-empty list, got {values!r}")
-        elif SEARCH_KINDS[kind] == "range" and not (isinstance(values, list) and len(values) == 2 and
-                                                    all(isinstance(v, (int, float)) for v in values) and values[0] < values[1]):
+        elif SEARCH_KINDS[kind] == "range" and not (
+            isinstance(values, list)
+            and len(values) == 2
+            and all(isinstance(v, (int, float)) for v in values)
+            and values[0] < values[1]
+        ):
             problems.append(f"search.{key}.{kind}: [low, high] with low < high, got {values!r}")
         elif kind == "loguniform" and values[0] <= 0:
             problems.append(f"search.{key}.loguniform: low must be > 0, got {values[0]}")
@@ -140,31 +156,52 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> Sweep:
     scheduler = raw.get("scheduler")
     if scheduler is not None:
         if not isinstance(scheduler, dict) or scheduler.get("type", "asha") not in SCHEDULERS:
-            problems.append(f"scheduler: {{type: asha, max_t: N, grace_period: M}} or {{type: fifo}} or null, got {scheduler!r}")
+            problems.append(
+                f"scheduler: {{type: asha, max_t: N, grace_period: M}} or {{type: fifo}} or null, got {scheduler!r}"
+            )
         elif scheduler.get("type", "asha") == "asha":
             bad = set(scheduler) - {"type", "max_t", "grace_period", "reduction_factor"}
             if bad:
-                problems.append(f"scheduler: unknown asha keys {sorted(bad)} (valid: max_t, grace_period, reduction_factor)")
+                problems.append(
+                    f"scheduler: unknown asha keys {sorted(bad)} (valid: max_t, grace_period, reduction_factor)"
+                )
             max_t = scheduler.get("max_t", base_config.training.steps if base_config else 1)
             grace = scheduler.get("grace_period", 1)
             if not (isinstance(max_t, int) and isinstance(grace, int) and 1 <= grace <= max_t):
-                problems.append(f"scheduler: need integers 1 <= grace_period <= max_t, got grace_period={grace!r} max_t={max_t!r}")
+                problems.append(
+                    f"scheduler: need integers 1 <= grace_period <= max_t, got grace_period={grace!r} max_t={max_t!r}"
+                )
     concurrent = raw.get("max_concurrent_trials")
     if concurrent is not None and (not isinstance(concurrent, int) or concurrent < 1):
         problems.append(f"max_concurrent_trials: an integer >= 1 or null, got {concurrent!r}")
     if problems:
         raise ConfigError(problems)
-    return Sweep(base=base, base_overrides=tuple(base_overrides), search=search, num_samples=num_samples,
-                 metric=metric, mode=mode, scope=scope, scheduler=scheduler, max_concurrent_trials=concurrent,
-                 name=str(raw.get("name", Path(path).stem)), output_dir=str(raw.get("output_dir", "runs/tune")),
-                 base_config=base_config)
+    return Sweep(
+        base=base,
+        base_overrides=tuple(base_overrides),
+        search=search,
+        num_samples=num_samples,
+        metric=metric,
+        mode=mode,
+        scope=scope,
+        scheduler=scheduler,
+        max_concurrent_trials=concurrent,
+        name=str(raw.get("name", Path(path).stem)),
+        output_dir=str(raw.get("output_dir", "runs/tune")),
+        base_config=base_config,
+    )
 
 
 def param_space(sweep: Sweep) -> dict[str, Any]:
     from ray import tune
 
-    make = {"grid": tune.grid_search, "choice": tune.choice, "uniform": lambda v: tune.uniform(*v),
-            "loguniform": lambda v: tune.loguniform(*v), "randint": lambda v: tune.randint(v[0], v[1] + 1)}  # inclusive
+    make = {
+        "grid": tune.grid_search,
+        "choice": tune.choice,
+        "uniform": lambda v: tune.uniform(*v),
+        "loguniform": lambda v: tune.loguniform(*v),
+        "randint": lambda v: tune.randint(v[0], v[1] + 1),
+    }  # inclusive
     return {key: make[kind](values) for key, spec in sweep.search.items() for kind, values in spec.items()}
 
 
@@ -187,10 +224,16 @@ def run_trial(values: dict[str, Any], sweep: Sweep) -> None:
     ctx = tune.get_context()
     # Per-trial console bars would interleave in one log; run.name is the trial id, so actor
     # names (<run>/<role>-<i>) and run folders never collide between trials.
-    cfg = load_config(sweep.base, ["logging.console=false", *sweep.base_overrides,
-                                   *(f"{k}={json.dumps(v)}" for k, v in values.items()),
-                                   f"run.output_dir={json.dumps(ctx.get_trial_dir())}",
-                                   f"run.name={json.dumps(ctx.get_trial_id())}"])
+    cfg = load_config(
+        sweep.base,
+        [
+            "logging.console=false",
+            *sweep.base_overrides,
+            *(f"{k}={json.dumps(v)}" for k, v in values.items()),
+            f"run.output_dir={json.dumps(ctx.get_trial_dir())}",
+            f"run.name={json.dumps(ctx.get_trial_id())}",
+        ],
+    )
     driver.train(cfg, report=lambda step, metrics: tune.report({**metrics, "step": step}))
 
 
@@ -203,8 +246,12 @@ def _connect(sweep: Sweep, trial_cpus: float) -> None:
     if address:
         ray.init(address=address, namespace="relay")
     else:  # a fresh local Ray big enough for one trial (phases do not overlap; see pools.connect)
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(trial_cpus)), namespace="relay",
-                 include_dashboard=sweep.base_config.resources.dashboard)
+        ray.init(
+            address="local",
+            num_cpus=max(os.cpu_count() or 1, math.ceil(trial_cpus)),
+            namespace="relay",
+            include_dashboard=sweep.base_config.resources.dashboard,
+        )
 
 
 def run_sweep(sweep: Sweep):
@@ -216,22 +263,35 @@ def run_sweep(sweep: Sweep):
     _connect(sweep, trial_cpus)
     s = sweep.scheduler or {"type": "fifo"}
     if s.get("type", "asha") == "asha":
-        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=s.get("max_t", sweep.base_config.training.steps),
-                                  grace_period=s.get("grace_period", 1), reduction_factor=s.get("reduction_factor", 4))
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=s.get("max_t", sweep.base_config.training.steps),
+            grace_period=s.get("grace_period", 1),
+            reduction_factor=s.get("reduction_factor", 4),
+        )
     else:
         scheduler = FIFOScheduler()
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, sweep=sweep),
-        resources=lambda values: tune.PlacementGroupFactory(trial_bundles(sweep.trial_config(values)), strategy="PACK"))
+        resources=lambda values: tune.PlacementGroupFactory(trial_bundles(sweep.trial_config(values)), strategy="PACK"),
+    )
     storage = Path(sweep.output_dir).resolve()
     # Trials keep the sweep's working directory (Tune would chdir into each trial's folder), so
     # relative paths in configs (task.train_file, model.path) mean the same as in a plain run.
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     tuner = tune.Tuner(
-        trainable, param_space=param_space(sweep),
-        tune_config=tune.TuneConfig(metric=sweep.metric, mode=sweep.mode, scheduler=scheduler, num_samples=sweep.num_samples,
-                                    max_concurrent_trials=sweep.max_concurrent_trials, reuse_actors=False),
-        run_config=tune.RunConfig(name=sweep.name, storage_path=str(storage), verbose=1))
+        trainable,
+        param_space=param_space(sweep),
+        tune_config=tune.TuneConfig(
+            metric=sweep.metric,
+            mode=sweep.mode,
+            scheduler=scheduler,
+            num_samples=sweep.num_samples,
+            max_concurrent_trials=sweep.max_concurrent_trials,
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(name=sweep.name, storage_path=str(storage), verbose=1),
+    )
     results = tuner.fit()
     if all(r.metrics is None or sweep.metric not in r.metrics for r in results):
         return results, None, None  # every trial failed before its first report
@@ -265,9 +325,14 @@ def print_table(sweep: Sweep, results, best) -> None:
         peak = f"{(values.max() if sweep.mode == 'max' else values.min()):.4g}" if len(values) else "-"
         trial_id = (result.metrics or {}).get("trial_id", Path(result.path).name)
         mark = " *" if best is not None and result.path == best.path else ""
-        table.add_row(f"{trial_id}{mark}", *(_short(result.config.get(k)) for k in sweep.search),
-                      str((result.metrics or {}).get("training_iteration", 0)), last, peak,
-                      "error" if result.error else "done")
+        table.add_row(
+            f"{trial_id}{mark}",
+            *(_short(result.config.get(k)) for k in sweep.search),
+            str((result.metrics or {}).get("training_iteration", 0)),
+            last,
+            peak,
+            "error" if result.error else "done",
+        )
     Console().print(table)
 
 
@@ -291,8 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no trial reported {sweep.metric}; see the errors above", file=sys.stderr)
         return 1
     best_file = Path(sweep.output_dir).resolve() / sweep.name / "best_config.yaml"
-    print(f"best trial: {', '.join(f'{k}={_short(best.config[k])}' for k in sweep.search)} "
-          f"({sweep.metric} {best.metrics.get(sweep.metric)}); its config: {best_file}")
+    print(
+        f"best trial: {', '.join(f'{k}={_short(best.config[k])}' for k in sweep.search)} "
+        f"({sweep.metric} {best.metrics.get(sweep.metric)}); its config: {best_file}"
+    )
     return 1 if results.errors else 0
 
 

@@ -4,6 +4,7 @@ The value model is the policy architecture with a scalar head (transformers' tok
 classification head with one label: a linear layer on the last hidden state), initialised
 from the policy's weights or from `critic.model_path`.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,7 +30,11 @@ class Critic:
         c = cfg.critic
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
         self.model = AutoModelForTokenClassification.from_pretrained(
-            c.model_path or model_path, num_labels=1, dtype=DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code)
+            c.model_path or model_path,
+            num_labels=1,
+            dtype=DTYPES[cfg.model.dtype],
+            trust_remote_code=cfg.model.trust_remote_code,
+        )
         self.device = actor_device()
         self.model.to(self.device)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
@@ -46,15 +51,28 @@ class Critic:
         """Clipped value loss against the returns, with the learner's epochs, shuffled mini-batches
         (the same order: same seed rule) and token-weighted micro-batches (relay/update_loop.py)."""
         start = time.perf_counter()
-        metrics = run_update(self.model, self.optimizer, batch.to(self.device), self._loss, self.cfg.training,
-                             seed=self.cfg.run.seed, weight_by_tokens=True)
+        metrics = run_update(
+            self.model,
+            self.optimizer,
+            batch.to(self.device),
+            self._loss,
+            self.cfg.training,
+            seed=self.cfg.run.seed,
+            weight_by_tokens=True,
+        )
         out = {f"critic/{k}": v for k, v in metrics.items()}
         out["time/critic_update_s"] = time.perf_counter() - start
         return out
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, metrics = value_loss(response_values(self.model, micro), micro.values, micro.returns,
-                                   micro.loss_mask, clip_range=self.cfg.critic.clip_range, agg_mode="token-mean")
+        loss, metrics = value_loss(
+            response_values(self.model, micro),
+            micro.values,
+            micro.returns,
+            micro.loss_mask,
+            clip_range=self.cfg.critic.clip_range,
+            agg_mode="token-mean",
+        )
         return loss, {"vf_loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:

@@ -3,6 +3,7 @@
 Rollout workers call reset / step / close by handle for the episodes they run (relay.envs.base.
 EnvRunner holds the instances, one per episode in flight, reused); the driver calls score.
 """
+
 from __future__ import annotations
 
 import traceback

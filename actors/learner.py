@@ -1,4 +1,5 @@
 """Learner (the policy being trained) and Reference (frozen policy for KL)."""
+
 from __future__ import annotations
 
 import time
@@ -49,8 +50,15 @@ class Learner:
     def update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
         start = time.perf_counter()
-        metrics = run_update(self.model, self.optimizer, batch.to(self.device), self._loss, self.cfg.training,
-                             seed=self.cfg.run.seed, weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean")
+        metrics = run_update(
+            self.model,
+            self.optimizer,
+            batch.to(self.device),
+            self._loss,
+            self.cfg.training,
+            seed=self.cfg.run.seed,
+            weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean",
+        )
         out = {f"actor/{k}": v for k, v in metrics.items()}
         out[LEARNER_UPDATE_S] = time.perf_counter() - start
         return out
@@ -62,9 +70,16 @@ class Learner:
         old = micro.old_logprobs
         is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
         loss, metrics = policy_loss(
-            a.policy_loss, logprobs=logprobs, old_logprobs=old, advantages=micro.advantages,
-            loss_mask=mask, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip_c=a.dual_clip_c,
-            agg_mode=a.loss_agg, is_weights=is_weights,
+            a.policy_loss,
+            logprobs=logprobs,
+            old_logprobs=old,
+            advantages=micro.advantages,
+            loss_mask=mask,
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            dual_clip_c=a.dual_clip_c,
+            agg_mode=a.loss_agg,
+            is_weights=is_weights,
         )
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["pg_loss"] = float(loss.detach())

@@ -17,6 +17,7 @@ and for this module; absent keys are skipped, so a run without tools records not
     tools/calls / time/rollout_s                  gauge: tool calls per second of the rollout phase
     tools/errors                                  counter (errors this step are added)
 """
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,11 @@ METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
     "reward_mean": (Gauge, "Mean reward of the step's rollout batch", ()),
     "kl_mean": (Gauge, "Mean per-token KL between policy and reference", ()),
     "policy_loss": (Gauge, "Policy-gradient loss of the step's update", ()),
-    "rollout_tokens_per_s": (Gauge, "Generated tokens per second, per rollout worker ('all': the whole batch)", ("worker",)),
+    "rollout_tokens_per_s": (
+        Gauge,
+        "Generated tokens per second, per rollout worker ('all': the whole batch)",
+        ("worker",),
+    ),
     "step_seconds": (Histogram, "Wall time of a training step", ()),
     "step_seconds_last": (Gauge, "Wall time of the last training step", ()),
     "weight_sync_seconds": (Histogram, "Wall time of a learner -> rollout weight sync", ()),
@@ -70,6 +75,7 @@ def _finite(value) -> float | None:
 def readings(metrics: dict) -> list[tuple[str, float, dict[str, str]]]:
     """(metric name, value, tags besides "run") for everything one step's metrics dict records;
     keys it does not know and values that are not finite numbers are left out."""
+
     def get(key: str) -> float | None:
         return _finite(metrics[key]) if key in metrics else None
 
@@ -78,7 +84,7 @@ def readings(metrics: dict) -> list[tuple[str, float, dict[str, str]]]:
         out.append(("rollout_tokens_per_s", v, {"worker": "all"}))
     for key in metrics:
         if key.startswith(keys.TOKENS_PER_S + "/") and (v := get(key)) is not None:
-            out.append(("rollout_tokens_per_s", v, {"worker": key[len(keys.TOKENS_PER_S) + 1:]}))
+            out.append(("rollout_tokens_per_s", v, {"worker": key[len(keys.TOKENS_PER_S) + 1 :]}))
     if (calls := get(keys.TOOL_CALLS)) is not None and (seconds := get(keys.ROLLOUT_S)):
         out.append(("tool_calls_per_s", calls / seconds, {}))
     out.append(("steps", 1.0, {}))

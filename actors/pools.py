@@ -1,4 +1,5 @@
 """Resource pools = placement groups; actors are created on them, named by role."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,13 @@ def connect(cfg: Config) -> None:
     # Phases of the synchronous loop do not overlap, so logical CPUs may exceed the cores;
     # torch threads per actor (its CPU share) are what keep actors from fighting.
     # address="local": never attach to another cluster found via /tmp/ray/ray_current_cluster.
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), namespace=NAMESPACE,
-             include_dashboard=cfg.resources.dashboard, log_to_driver=True)
+    ray.init(
+        address="local",
+        num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
+        namespace=NAMESPACE,
+        include_dashboard=cfg.resources.dashboard,
+        log_to_driver=True,
+    )
 
 
 def uses_tool_executors(cfg: Config) -> bool:
@@ -84,6 +90,7 @@ def _claim_bundles(pg, bundle: dict[str, float], count: int, role: str, run_name
     Bundle 0 is the caller's own (Ray Tune schedules the trainable there), so it is never
     handed out. Matching by shape, not position, keeps this independent of role order.
     """
+
     def same(spec: dict) -> bool:
         spec = {k: v for k, v in spec.items() if v > 0 and k != "bundle"}
         return spec.keys() == bundle.keys() and all(abs(spec[k] - bundle[k]) < 1e-9 for k in bundle)
@@ -93,7 +100,8 @@ def _claim_bundles(pg, bundle: dict[str, float], count: int, role: str, run_name
     if len(free) < count:
         raise RuntimeError(
             f"the enclosing placement group has {len(free)} free bundle(s) shaped {bundle} for "
-            f"{count} {role} actor(s); build it with tune.trial_bundles(cfg) (bundles: {pg.bundle_specs})")
+            f"{count} {role} actor(s); build it with tune.trial_bundles(cfg) (bundles: {pg.bundle_specs})"
+        )
     taken.update(free[:count])
     return free[:count]
 
@@ -117,7 +125,9 @@ def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, g
     remote_cls = ray.remote(cls)
     return [
         remote_cls.options(
-            name=f"{run_name}/{role}-{i}", num_cpus=res.cpus, num_gpus=res.gpus,
+            name=f"{run_name}/{role}-{i}",
+            num_cpus=res.cpus,
+            num_gpus=res.gpus,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
         ).remote(*make_args(i))
         for i, index in enumerate(indices)
@@ -138,18 +148,28 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
         return []
     tl = cfg.tools
     if tl.sandbox == "none":
-        warnings.warn("tools.sandbox=none: model-written code runs WITHOUT A SANDBOX on the tool executors' machines",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "tools.sandbox=none: model-written code runs WITHOUT A SANDBOX on the tool executors' machines",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     from relay.tools.registry import ToolRegistry
 
     registry = ToolRegistry([resolve_dotted(f) for f in tl.functions])
-    executors = create_group(ToolExecutor, "tools", tl.executors, run_name, lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers), groups)
+    executors = create_group(
+        ToolExecutor,
+        "tools",
+        tl.executors,
+        run_name,
+        lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers),
+        groups,
+    )
     try:
         ray.get([ex.sandbox_mode.remote() for ex in executors])
     except ray.exceptions.RayActorError as e:
         cause = str(e)
         marker = "SandboxUnavailable: "
-        reason = cause[cause.rindex(marker) + len(marker):].strip().splitlines()[0] if marker in cause else cause
+        reason = cause[cause.rindex(marker) + len(marker) :].strip().splitlines()[0] if marker in cause else cause
         raise RuntimeError(f"the tool executors could not start: {reason}") from None
     return executors
 
@@ -168,7 +188,12 @@ class Actors:
 
     def by_role(self) -> dict[str, list]:
         single = {"learner": self.learner, "reference": self.reference, "critic": self.critic}
-        roles = {"tools": self.tools, "env": self.env, "rollout": self.rollout, **{r: [h] for r, h in single.items() if h is not None}}
+        roles = {
+            "tools": self.tools,
+            "env": self.env,
+            "rollout": self.rollout,
+            **{r: [h] for r, h in single.items() if h is not None},
+        }
         return {role: handles for role, handles in roles.items() if handles}
 
     def handles(self) -> list:
@@ -185,18 +210,38 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,), groups)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
-        actors.rollout = create_group(RolloutWorker, "rollout", res.rollout, run_name, lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools), groups)
-        actors.learner = create_group(Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups)[0]
+        actors.rollout = create_group(
+            RolloutWorker,
+            "rollout",
+            res.rollout,
+            run_name,
+            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools),
+            groups,
+        )
+        actors.learner = create_group(
+            Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups
+        )[0]
         if "reference" in roles:
-            actors.reference = create_group(Reference, "reference", res.reference, run_name, lambda i: (cfg, model_path, threads(res.reference)), groups)[0]
+            actors.reference = create_group(
+                Reference,
+                "reference",
+                res.reference,
+                run_name,
+                lambda i: (cfg, model_path, threads(res.reference)),
+                groups,
+            )[0]
         if "critic" in roles:
-            actors.critic = create_group(Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups)[0]
+            actors.critic = create_group(
+                Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups
+            )[0]
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep
         roles = ", ".join(f"{role} x{len(handles)}" for role, handles in actors.by_role().items())
         with phase(f"starting actors and loading the model ({roles})"):
-            ray.get([h.__ray_ready__.remote() for h in actors.handles()])  # constructors done: a failing one raises here
+            ray.get(
+                [h.__ray_ready__.remote() for h in actors.handles()]
+            )  # constructors done: a failing one raises here
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True

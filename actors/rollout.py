@@ -5,6 +5,7 @@ rollout.max_new_tokens. With tools.enabled or task.env: multi-turn episodes, who
 on the ToolExecutor actors (or the HTTP tool server at tools.server_url) and whose environment
 steps run on this worker's EnvPool actor.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,8 +29,15 @@ from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, model_path: str, worker_index: int, num_threads: int,
-                 env_pool=None, tool_executors: list | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        model_path: str,
+        worker_index: int,
+        num_threads: int,
+        env_pool=None,
+        tool_executors: list | None = None,
+    ):
         torch.set_num_threads(num_threads)
         self.cfg, self.index = cfg, worker_index
         self.engine = make_engine(cfg, model_path)
@@ -42,7 +50,9 @@ class RolloutWorker:
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
         r, tl = self.cfg.rollout, self.cfg.tools
         if not self.multi_turn:  # one turn of max_new_tokens: the budget is that turn
-            limits = AgentLimits(max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens)
+            limits = AgentLimits(
+                max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens
+            )
             return AgentLoop(self.engine, self.tokenizer, limits, system_prompt=self.cfg.task.system_prompt)
         limits = AgentLimits.from_config(self.cfg)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
@@ -50,12 +60,21 @@ class RolloutWorker:
         if self.cfg.task.env:
             if env_pool is None:
                 raise ValueError("task.env is set but this rollout worker was given no EnvPool")
-            env = dict(env_reset=lambda ids, rows: ray.get(env_pool.reset.remote(ids, rows)),
-                       env_step=lambda ids, actions: ray.get(env_pool.step.remote(ids, actions)),
-                       env_close=lambda ids: ray.get(env_pool.close.remote(ids)))
-        return AgentLoop(self.engine, self.tokenizer, limits, parser=get_parser(tl.parser) if tl.enabled else None,
-                         run_tools=run_tools, tool_schemas=schemas if tl.schemas_in_prompt else None,
-                         system_prompt=self.cfg.task.system_prompt, **env)
+            env = dict(
+                env_reset=lambda ids, rows: ray.get(env_pool.reset.remote(ids, rows)),
+                env_step=lambda ids, actions: ray.get(env_pool.step.remote(ids, actions)),
+                env_close=lambda ids: ray.get(env_pool.close.remote(ids)),
+            )
+        return AgentLoop(
+            self.engine,
+            self.tokenizer,
+            limits,
+            parser=get_parser(tl.parser) if tl.enabled else None,
+            run_tools=run_tools,
+            tool_schemas=schemas if tl.schemas_in_prompt else None,
+            system_prompt=self.cfg.task.system_prompt,
+            **env,
+        )
 
     def _tool_runner(self, executors: list):
         """run_tools(calls) -> results, and the tools' schemas, for the executor pool or the tool server."""
@@ -88,21 +107,35 @@ class RolloutWorker:
     def sampling(self, step: int, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout
         return SamplingParams(
-            n=1 if greedy else r.n, temperature=0.0 if greedy else r.temperature, top_p=r.top_p, top_k=r.top_k,
-            max_tokens=r.max_new_tokens, stop=r.stop,
+            n=1 if greedy else r.n,
+            temperature=0.0 if greedy else r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_tokens=r.max_new_tokens,
+            stop=r.stop,
             # A seed per (run, step, worker) makes rollouts reproducible, so a resumed run
             # samples exactly what the uninterrupted run sampled.
             seed=(self.cfg.run.seed * 1_000_003 + step * 1_009 + self.index) % 2**31,
         )
 
-    def rollout(self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False) -> tuple[list[Sample], dict[str, float]]:
+    def rollout(
+        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
+    ) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
         self.episodes_started += 1
-        samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id,
-                                 episode_prefix=f"w{self.index}-{self.episodes_started}")
+        samples = self.agent.run(
+            rows,
+            self.sampling(step, greedy),
+            first_group_id=first_group_id,
+            episode_prefix=f"w{self.index}-{self.episodes_started}",
+        )
         seconds = time.perf_counter() - start
         tokens = sum(s.num_model_tokens for s in samples)
-        metrics = {"rollout/tokens": tokens, "rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        metrics = {
+            "rollout/tokens": tokens,
+            "rollout/seconds": seconds,
+            "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
+        }
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
@@ -122,8 +155,9 @@ class RolloutWorker:
         """Load the payload the learner put in the object store; returns the seconds it took."""
         return self.weights_in.load(weights, version)
 
-    def join_weight_group(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
-                          plan: BroadcastPlan) -> None:
+    def join_weight_group(
+        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+    ) -> None:
         self.weights_in.join(host, port, rank, world_size, backend, tag, plan)
 
     def receive_weights(self, version: int) -> float:

@@ -4,6 +4,7 @@ A plain class; actors/pools.py applies ray.remote. One executor runs up to `max_
 at once in threads (each sandboxed run is a subprocess, so threads are enough), and can also
 serve the same sandbox over HTTP for workers that speak the tool-server protocol.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,13 @@ from relay.tools.server import ToolServer
 
 
 class ToolExecutor:
-    def __init__(self, sandbox_limits: SandboxConfig | None = None, sandbox: str = "bwrap",
-                 registry: ToolRegistry | None = None, max_workers: int = 0):
+    def __init__(
+        self,
+        sandbox_limits: SandboxConfig | None = None,
+        sandbox: str = "bwrap",
+        registry: ToolRegistry | None = None,
+        max_workers: int = 0,
+    ):
         """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
         sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
         self.sandbox_limits = sandbox_limits or SandboxConfig()
@@ -49,8 +55,13 @@ class ToolExecutor:
     def start_server(self, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 0) -> str:
         """Serve this executor's sandbox over HTTP (relay.tools.server protocol); returns the URL."""
         if self._server is None:
-            cfg = ToolServerConfig(host=host, port=port, sandbox=self.sandbox, sandbox_limits=self.sandbox_limits,
-                                   max_concurrency=max_concurrency or self.max_workers)
+            cfg = ToolServerConfig(
+                host=host,
+                port=port,
+                sandbox=self.sandbox,
+                sandbox_limits=self.sandbox_limits,
+                max_concurrency=max_concurrency or self.max_workers,
+            )
             self._server = ToolServer(cfg, runner=self._run).start()
         return self._server.url
 

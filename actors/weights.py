@@ -11,6 +11,7 @@ broadcast     One collective group (relay.weight_transfer.WeightGroup): the lear
 
 The group's store listens on the learner's address only: loopback when every member shares its node.
 """
+
 from __future__ import annotations
 
 import socket
@@ -71,7 +72,9 @@ class WeightReceiver:
         self.engine.update_weights(weights.tensors(), version)
         return time.perf_counter() - start
 
-    def join(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan) -> None:
+    def join(
+        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+    ) -> None:
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
         self.group, self.plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
 
@@ -106,8 +109,12 @@ def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
     nodes = ray.get([learner.node_id.remote(), *[w.node_id.remote() for w in workers]])
     host, port, plan = ray.get(learner.listen_for_weight_group.remote(one_node=len(set(nodes)) == 1))
     world = len(workers) + 1
-    ray.get([learner.join_weight_group.remote(host, port, world, backend, tag),
-             *[w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan) for i, w in enumerate(workers)]])
+    ray.get(
+        [
+            learner.join_weight_group.remote(host, port, world, backend, tag),
+            *[w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan) for i, w in enumerate(workers)],
+        ]
+    )
 
 
 def sync_weights(actors, version: int) -> float:

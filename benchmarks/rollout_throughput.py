@@ -16,6 +16,7 @@ number is the median of --repeats calls. Weight sync: engine.update_weights with
 the WeightPayload the Learner sends (bare), and put-once + worker.update_weights through Ray
 (actor, end to end, including the object-store read).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,10 +59,20 @@ def build_model(kind: str) -> tuple[str, str]:
 
     folder = Path(tempfile.mkdtemp(prefix="relay-bench-qwen05b-"))
     tokenizer = build_tiny_tokenizer()
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, torch_dtype="bfloat16")
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="bfloat16",
+    )
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
@@ -76,9 +87,10 @@ def make_cfg(engine: str, model_path: str, dtype: str, a, cuda: bool):
         kwargs = {"gpu_memory_utilization": 0.3, "max_model_len": 1024}
     if engine == "sglang":
         kwargs = {"mem_fraction_static": 0.3, "context_length": 1024}
-    return Config(model=ModelConfig(path=model_path, dtype=dtype),
-                  rollout=RolloutConfig(engine=engine, n=a.n, temperature=1.0, max_new_tokens=a.max_tokens,
-                                        engine_kwargs=kwargs))
+    return Config(
+        model=ModelConfig(path=model_path, dtype=dtype),
+        rollout=RolloutConfig(engine=engine, n=a.n, temperature=1.0, max_new_tokens=a.max_tokens, engine_kwargs=kwargs),
+    )
 
 
 def weights_of(model_path: str, dtype: str):
@@ -126,7 +138,11 @@ def bench_actor(cfg, model_path: str, rows, a, threads: int, weights, cuda: bool
 
     from actors.rollout import RolloutWorker
 
-    worker = ray.remote(RolloutWorker).options(num_cpus=threads, num_gpus=1 if cuda else 0).remote(cfg, model_path, 0, threads)
+    worker = (
+        ray.remote(RolloutWorker)
+        .options(num_cpus=threads, num_gpus=1 if cuda else 0)
+        .remote(cfg, model_path, 0, threads)
+    )
     t0 = time.perf_counter()
     ray.get(worker.weight_version.remote())
     start_s = time.perf_counter() - t0
@@ -141,7 +157,9 @@ def bench_actor(cfg, model_path: str, rows, a, threads: int, weights, cuda: bool
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engines", nargs="+", default=None, help="default: every installed engine")
-    ap.add_argument("--model", choices=["tiny", "qwen05b"], default=None, help="default: tiny on CPU, qwen05b with CUDA")
+    ap.add_argument(
+        "--model", choices=["tiny", "qwen05b"], default=None, help="default: tiny on CPU, qwen05b with CUDA"
+    )
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -170,16 +188,24 @@ def main() -> None:
         results[name] = (bare, actor)
 
     device = torch.cuda.get_device_name() if cuda else f"CPU, {os.cpu_count()} cores, {a.threads} engine thread(s)"
-    print(f"\nrollout throughput: model={model} ({dtype}), {a.prompts} prompts x n={a.n}, max {a.max_tokens} new tokens, "
-          f"median of {a.repeats}; {device}")
-    print(f"{'engine':<8}{'path':<7}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'overhead':>10}{'start s':>9}{'sync ms':>9}")
+    print(
+        f"\nrollout throughput: model={model} ({dtype}), {a.prompts} prompts x n={a.n}, max {a.max_tokens} new tokens, "
+        f"median of {a.repeats}; {device}"
+    )
+    print(
+        f"{'engine':<8}{'path':<7}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'overhead':>10}{'start s':>9}{'sync ms':>9}"
+    )
     for name, (bare, actor) in results.items():
         for path, r in (("bare", bare), ("actor", actor)):
             ratio = (bare["tokens"] / bare["seconds"]) / (r["tokens"] / r["seconds"])
-            print(f"{name:<8}{path:<7}{r['tokens']:>8}{r['seconds']:>10.3f}{r['tokens'] / r['seconds']:>10.0f}"
-                  f"{ratio:>9.2f}x{r['start_s']:>9.1f}{r['sync_s'] * 1e3:>9.1f}")
-    print("overhead = bare tok/s / this path's tok/s; start s: engine construction (actor: until it answers); "
-          "sync ms: one weight update (actor: put-once + ray.get of worker.update_weights)")
+            print(
+                f"{name:<8}{path:<7}{r['tokens']:>8}{r['seconds']:>10.3f}{r['tokens'] / r['seconds']:>10.0f}"
+                f"{ratio:>9.2f}x{r['start_s']:>9.1f}{r['sync_s'] * 1e3:>9.1f}"
+            )
+    print(
+        "overhead = bare tok/s / this path's tok/s; start s: engine construction (actor: until it answers); "
+        "sync ms: one weight update (actor: put-once + ray.get of worker.update_weights)"
+    )
     ray.shutdown()
 
 

@@ -3,6 +3,7 @@ for a config (default: the tiny CPU run). Prints a table; numbers, never asserti
 
     python benchmarks/step_time.py [--config configs/default.yaml] [--steps 10] [key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,16 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="relay-bench-")
-    cfg = load_config(args.config, [f"training.steps={args.steps}", f"run.output_dir={out}", "checkpoint.save_hf_model=false",
-                                    "logging.console=false", *args.overrides])
+    cfg = load_config(
+        args.config,
+        [
+            f"training.steps={args.steps}",
+            f"run.output_dir={out}",
+            "checkpoint.save_hf_model=false",
+            "logging.console=false",
+            *args.overrides,
+        ],
+    )
     history, memory = [], {}
 
     def report(step: int, metrics: dict) -> None:
@@ -62,7 +71,9 @@ def main() -> None:
 
     driver.train(cfg, report=report)
     steady = history[1:] or history  # step 1 pays one-off warm-up costs
-    print(f"\n{args.config}: {args.steps} steps, {cfg.training.prompts_per_step}x{cfg.rollout.n} samples/step, engine={cfg.rollout.engine}")
+    print(
+        f"\n{args.config}: {args.steps} steps, {cfg.training.prompts_per_step}x{cfg.rollout.n} samples/step, engine={cfg.rollout.engine}"
+    )
     print(f"{'phase':<12}{'median s':>10}{'share':>8}")
     step_s = statistics.median(m["time/step_s"] for m in steady)
     for phase in PHASES:

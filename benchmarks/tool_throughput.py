@@ -9,6 +9,7 @@ more concurrent calls than server slots (default: two per CPU core) the rest wai
 latency grows while throughput stays at what the slots can run. The first row is the sandbox
 alone (run_code in this process, no HTTP) for reference. Needs root (cgroups) and bubblewrap.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,12 @@ SNIPPET = "import math\nprint(sum(math.isqrt(i) for i in range(20000)))"
 
 def post(url: str, code: str) -> float:
     t0 = time.perf_counter()
-    req = urllib.request.Request(url + "/execute", data=json.dumps({"code": code}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        url + "/execute",
+        data=json.dumps({"code": code}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         body = json.loads(resp.read())
     assert body["ok"], body
@@ -47,8 +52,10 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def row(label: str, conc: int, slots: str, n: int, wall: float, lat: list[float]) -> str:
-    return (f"{label:<14}{conc:>6}{slots:>7}{n:>9}{n / wall:>10.1f}{statistics.median(lat) * 1e3:>10.1f}"
-            f"{pct(lat, 0.99) * 1e3:>10.1f}")
+    return (
+        f"{label:<14}{conc:>6}{slots:>7}{n:>9}{n / wall:>10.1f}{statistics.median(lat) * 1e3:>10.1f}"
+        f"{pct(lat, 0.99) * 1e3:>10.1f}"
+    )
 
 
 def main() -> None:
@@ -74,9 +81,22 @@ def main() -> None:
         lat.append(time.perf_counter() - t)
     print(row("run_code", 1, "-", len(lat), time.perf_counter() - t0, lat))
 
-    proc = subprocess.Popen([sys.executable, "-m", "relay.tools.server", "--port", "0",
-                             "--max-concurrency", str(a.slots), "--log-level", "WARNING"],
-                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "relay.tools.server",
+            "--port",
+            "0",
+            "--max-concurrency",
+            str(a.slots),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         m = re.search(r"listening on (\S+) \(sandbox=\w+, slots=(\d+)\)", line)

@@ -9,6 +9,7 @@ reads and loads; broadcast = the learner packs byte buckets and broadcasts them 
 NCCL between whole GPUs), every worker unpacks and loads. Median of --repeats after one warm-up.
 "qwen05b" is a Qwen2.5-0.5B-shaped random model in bf16 (494M parameters, tied embeddings).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,15 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
     from actors.weights import sync_weights
     from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources, RolloutConfig
 
-    cfg = Config(model=ModelConfig(path=model_path, dtype=dtype), rollout=RolloutConfig(engine=engine),
-                 resources=ResourcesConfig(rollout=RoleResources(count=workers, cpus=1, gpus=gpus),
-                                           learner=RoleResources(cpus=1, gpus=gpus), weight_sync=transport))
+    cfg = Config(
+        model=ModelConfig(path=model_path, dtype=dtype),
+        rollout=RolloutConfig(engine=engine),
+        resources=ResourcesConfig(
+            rollout=RoleResources(count=workers, cpus=1, gpus=gpus),
+            learner=RoleResources(cpus=1, gpus=gpus),
+            weight_sync=transport,
+        ),
+    )
     with actor_pools(cfg, model_path, f"bench-{transport}-{workers}") as actors:
         state_bytes = ray.get(actors.learner.get_weights.remote()).nbytes
         peak_before = max(ray.get([w.peak_memory_mb.remote() for w in actors.rollout]))
@@ -69,17 +76,28 @@ def main() -> None:
         gpus = 1.0 if cuda >= workers + 1 else 0.0
         for transport in ("object_store", "broadcast"):
             r = bench(model_path, dtype, a.engine, workers, transport, a.repeats, gpus)
-            rows.append((workers, transport, "nccl" if gpus and transport == "broadcast" else ("gloo" if transport == "broadcast" else "-"), r))
+            rows.append(
+                (
+                    workers,
+                    transport,
+                    "nccl" if gpus and transport == "broadcast" else ("gloo" if transport == "broadcast" else "-"),
+                    r,
+                )
+            )
     device = f"{cuda} GPU(s): {torch.cuda.get_device_name()}" if cuda else f"CPU, {os.cpu_count()} cores"
     print(f"\nweight sync: model={a.model} ({dtype}), engine={a.engine}, median of {a.repeats}; {device}")
     print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}{'worker peak +MB':>16}")
     for workers, transport, backend, r in rows:
-        print(f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}"
-              f"{r['peak_growth_mb']:>16.0f}")
-    print("state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once); "
-          "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory (the first write\n"
-          "into mmapped weights included; object store: also the pages of Ray's shared-memory store it read, "
-          "shared with other processes)")
+        print(
+            f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}"
+            f"{r['peak_growth_mb']:>16.0f}"
+        )
+    print(
+        "state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once); "
+        "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory (the first write\n"
+        "into mmapped weights included; object store: also the pages of Ray's shared-memory store it read, "
+        "shared with other processes)"
+    )
     ray.shutdown()
 
 

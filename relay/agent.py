@@ -31,6 +31,7 @@ model had already ended its message with EOS; then the result goes in a "tool" m
 the template. Decoding prompt + response gives exactly the template's rendering of the
 conversation (tests/unit/test_agent_loop.py checks this on two templates).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -60,18 +61,25 @@ class AgentLimits:
         if self.max_turns < 1 or self.max_tool_turns < 0 or self.max_tokens_per_turn < 1:
             raise ValueError(f"invalid agent limits: {self}")
         if self.max_total_tokens < self.max_tokens_per_turn:
-            raise ValueError(f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})")
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})"
+            )
 
     @classmethod
     def from_config(cls, cfg: Config) -> AgentLimits:
         """The limits rollout.* and tools.* set (validate() has checked them): max_tool_turns only
         with tools.enabled, max_tokens_per_turn defaults to rollout.max_new_tokens."""
         r, tl = cfg.rollout, cfg.tools
-        return cls(max_turns=r.max_turns, max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
-                   max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens, max_total_tokens=r.max_total_tokens)
+        return cls(
+            max_turns=r.max_turns,
+            max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
+            max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens,
+            max_total_tokens=r.max_total_tokens,
+        )
 
 
 # ------------------------------------------------------------------------------ the loop
+
 
 @dataclass
 class _Episode:
@@ -108,12 +116,20 @@ class _Episode:
 
 
 class AgentLoop:
-    def __init__(self, engine, tokenizer, limits: AgentLimits, *, parser: ToolParser | None = None,
-                 run_tools: Callable[[list[ToolCall]], list[ToolResult]] | None = None,
-                 env_reset: Callable[[list[str], list[dict]], list[ResetResult]] | None = None,
-                 env_step: Callable[[list[str], list[str]], list[StepResult]] | None = None,
-                 env_close: Callable[[list[str]], None] | None = None,
-                 tool_schemas: list[dict] | None = None, system_prompt: str | None = None):
+    def __init__(
+        self,
+        engine,
+        tokenizer,
+        limits: AgentLimits,
+        *,
+        parser: ToolParser | None = None,
+        run_tools: Callable[[list[ToolCall]], list[ToolResult]] | None = None,
+        env_reset: Callable[[list[str], list[dict]], list[ResetResult]] | None = None,
+        env_step: Callable[[list[str], list[str]], list[StepResult]] | None = None,
+        env_close: Callable[[list[str]], None] | None = None,
+        tool_schemas: list[dict] | None = None,
+        system_prompt: str | None = None,
+    ):
         if parser is not None and run_tools is None:
             raise ValueError("a tool parser needs run_tools")
         if (env_reset is None) != (env_step is None):
@@ -128,18 +144,30 @@ class AgentLoop:
 
     # -- public
 
-    def run(self, rows: list[dict[str, Any]], sampling: SamplingParams, *, n: int | None = None,
-            first_group_id: int = 0, episode_prefix: str = "ep") -> list[Sample]:
+    def run(
+        self,
+        rows: list[dict[str, Any]],
+        sampling: SamplingParams,
+        *,
+        n: int | None = None,
+        first_group_id: int = 0,
+        episode_prefix: str = "ep",
+    ) -> list[Sample]:
         """n episodes per row (default sampling.n), in row order; one Sample per episode."""
         n = sampling.n if n is None else n
-        episodes = [_Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, self.limits.max_total_tokens)
-                    for i, row in enumerate(rows) for k in range(n)]
+        episodes = [
+            _Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, self.limits.max_total_tokens)
+            for i, row in enumerate(rows)
+            for k in range(n)
+        ]
         self._start(episodes)
         stop = tuple(dict.fromkeys((*sampling.stop, *(self.parser.stop_strings if self.parser else ()))))
         turn = 0
         while live := [e for e in episodes if e.finish is None]:
             params = replace(
-                sampling, n=1, stop=stop,
+                sampling,
+                n=1,
+                stop=stop,
                 max_tokens=min(self.limits.max_tokens_per_turn, max(e.room for e in live)),
                 # a different draw each turn, still reproducible from the rollout's seed
                 seed=None if sampling.seed is None else (sampling.seed + 100_003 * turn) % 2**31,
@@ -172,7 +200,9 @@ class AgentLoop:
             raise RuntimeError(f"env_reset returned {len(results)} results for {len(episodes)} episodes")
         for e, r in zip(episodes, results):
             system = r.prompt_prefix or self.system_prompt
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": r.observation}]
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": r.observation}
+            ]
             e.prompt_ids = self.format.prompt_ids(messages)
             if r.error is not None:
                 e.finish, e.env_error = FinishReason.ENV_ERROR, r.error
@@ -221,19 +251,30 @@ class AgentLoop:
             texts: list[tuple[ToolCall, str]] = []
             for call in e.calls:
                 res = next(it)
-                e.tool_calls.append({"name": call.name, "arguments": call.arguments, "ok": res.ok,
-                                     "error": res.error, "seconds": res.seconds, "turn": e.turns})
+                e.tool_calls.append(
+                    {
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "ok": res.ok,
+                        "error": res.error,
+                        "seconds": res.seconds,
+                        "turn": e.turns,
+                    }
+                )
                 texts.append((call, res.observation()))
             for err in e.parse_errors:
-                e.tool_calls.append({"name": None, "arguments": None, "ok": False, "error": err,
-                                     "seconds": 0.0, "turn": e.turns})
+                e.tool_calls.append(
+                    {"name": None, "arguments": None, "ok": False, "error": err, "seconds": 0.0, "turn": e.turns}
+                )
                 texts.append((ToolCall("", {}, ""), f"Error: {err}"))
             role = self.parser.result_role
             if role is None and e.eos_token is None:
                 observation: str | list[dict] = "".join(self.parser.format_result(c, t) for c, t in texts)
             else:  # a "tool" turn (hermes, json, ...) or the model already closed its message
-                observation = [{"role": role or "tool", "name": c.name, "content": self.parser.format_result(c, t)}
-                               for c, t in texts]
+                observation = [
+                    {"role": role or "tool", "name": c.name, "content": self.parser.format_result(c, t)}
+                    for c, t in texts
+                ]
             self._observe(e, observation)
 
     def _env(self, episodes: list[_Episode]) -> None:
@@ -272,19 +313,32 @@ class AgentLoop:
         tool_errors = sum(not c["ok"] for c in e.tool_calls)
         meta = {
             "episode_id": e.id,
-            "agent": {"turns": e.turns, "tool_calls": sum(c["name"] is not None for c in e.tool_calls),
-                      "tool_errors": tool_errors, "tool_seconds": sum(c["seconds"] for c in e.tool_calls),
-                      "env_steps": len(e.env_rewards)},
+            "agent": {
+                "turns": e.turns,
+                "tool_calls": sum(c["name"] is not None for c in e.tool_calls),
+                "tool_errors": tool_errors,
+                "tool_seconds": sum(c["seconds"] for c in e.tool_calls),
+                "env_steps": len(e.env_rewards),
+            },
         }
         if self.env_step is not None:
             meta["env"] = {"rewards": e.env_rewards, "infos": e.env_infos, "error": e.env_error}
         return Sample(
-            prompt_ids=e.prompt_ids, response_ids=e.response_ids, rollout_logprobs=e.logprobs,
-            loss_mask=e.mask, group_id=e.group_id, weight_version=getattr(self.engine, "weight_version", 0),
-            finish_reason=e.finish, turn_spans=e.spans, tool_calls=e.tool_calls, token_rewards=e.token_rewards,
+            prompt_ids=e.prompt_ids,
+            response_ids=e.response_ids,
+            rollout_logprobs=e.logprobs,
+            loss_mask=e.mask,
+            group_id=e.group_id,
+            weight_version=getattr(self.engine, "weight_version", 0),
+            finish_reason=e.finish,
+            turn_spans=e.spans,
+            tool_calls=e.tool_calls,
+            token_rewards=e.token_rewards,
             ground_truth=e.row.get("ground_truth"),
             response_text=self.tokenizer.decode(e.response_ids, skip_special_tokens=True),
-            final_text=e.turn_texts[-1] if e.turn_texts else "", turn_texts=e.turn_texts, meta=meta,
+            final_text=e.turn_texts[-1] if e.turn_texts else "",
+            turn_texts=e.turn_texts,
+            meta=meta,
         )
 
 
@@ -293,8 +347,10 @@ def episode_metrics(samples: list[Sample]) -> dict[str, float]:
     if not samples:
         return {}
     stats = [s.meta.get("agent", {}) for s in samples]
-    out = {f"agent/{k}": statistics.fmean(st.get(k, 0) for st in stats)
-           for k in ("turns", "tool_calls", "tool_errors", "tool_seconds", "env_steps")}
+    out = {
+        f"agent/{k}": statistics.fmean(st.get(k, 0) for st in stats)
+        for k in ("turns", "tool_calls", "tool_errors", "tool_seconds", "env_steps")
+    }
     for reason in FinishReason:
         out[f"agent/finish_{reason}"] = sum(s.finish_reason == reason for s in samples) / len(samples)
     return out

@@ -17,6 +17,7 @@ The agent loop (relay/agent.py) lays out every episode this way; encode_trajecto
 scripted episode (Trajectory) the same way, for warm starts (relay/models/warm_start.py) and
 tests. Environments describe their example episodes as Trajectory objects.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,13 +48,17 @@ class ChatFormat:
         placed after a model turn; prompts alone, as in single-turn rollouts, need no such thing)."""
         closed = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}], False)
         if closed.count(_ASSISTANT) != 1:
-            raise ValueError("the chat template does not render an assistant message's content verbatim; "
-                             "the agent loop cannot find where a model turn ends")
-        return closed[closed.index(_ASSISTANT) + len(_ASSISTANT):]
+            raise ValueError(
+                "the chat template does not render an assistant message's content verbatim; "
+                "the agent loop cannot find where a model turn ends"
+            )
+        return closed[closed.index(_ASSISTANT) + len(_ASSISTANT) :]
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         kwargs = {"tools": self.tools} if self.tools else {}
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
@@ -67,18 +72,23 @@ class ChatFormat:
         the generation prompt. eos_token: the stop token that ended the turn, or None."""
         if isinstance(observation, str):
             return observation
-        full = self._render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}, *observation], True)
+        full = self._render(
+            [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}, *observation], True
+        )
         if full.count(_ASSISTANT) != 1:
             raise ValueError("the chat template does not render an assistant message's content verbatim")
-        text = full[full.index(_ASSISTANT) + len(_ASSISTANT):]
+        text = full[full.index(_ASSISTANT) + len(_ASSISTANT) :]
         if eos_token is not None:
             eos = self.tokenizer.decode([eos_token])
             if text.startswith(eos):
-                text = text[len(eos):]  # the model already wrote it
+                text = text[len(eos) :]  # the model already wrote it
             elif not self._warned_eos:
                 self._warned_eos = True
-                log.warning("the turn ended with %r but the chat template closes an assistant turn with %r; "
-                            "keeping both", eos, text[:20])
+                log.warning(
+                    "the turn ended with %r but the chat template closes an assistant turn with %r; keeping both",
+                    eos,
+                    text[:20],
+                )
         return text
 
     def observation_ids(self, observation: str | list[dict], eos_token: int | None) -> list[int]:
@@ -93,6 +103,7 @@ class ChatFormat:
 
 
 # ------------------------------------------------------------------------------ trajectories (warm starts, tests)
+
 
 @dataclass
 class TrajectoryTurn:

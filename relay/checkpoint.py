@@ -16,6 +16,7 @@ into place, so a crash at any moment leaves either the whole checkpoint or no vi
 A folder with a manifest is complete; `load_checkpoint` re-checks every size and hash before
 reading a byte of tensor data. One writer per root is assumed (the learner / driver).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -164,9 +165,7 @@ def verify_checkpoint(path: str | Path) -> dict:
             continue
         size = file.stat().st_size
         if size != expected["size"]:
-            problems.append(
-                f"{file}: size {size} bytes, manifest says {expected['size']} (truncated or corrupt)"
-            )
+            problems.append(f"{file}: size {size} bytes, manifest says {expected['size']} (truncated or corrupt)")
             continue
         if _sha256(file) != expected["sha256"]:
             problems.append(f"{file}: sha256 mismatch (checkpoint corrupt)")
@@ -297,7 +296,9 @@ def restore_rng(rng: dict) -> None:
         return
     count = torch.cuda.device_count()
     if count != len(cuda_states):
-        warnings.warn(f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices", stacklevel=2)
+        warnings.warn(
+            f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices", stacklevel=2
+        )
     for device, state in enumerate(cuda_states[:count]):
         torch.cuda.set_rng_state(torch.tensor(state, dtype=torch.uint8), device)
 

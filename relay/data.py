@@ -4,6 +4,7 @@ A row is {"prompt": str} or {"messages": [{"role", "content"}, ...]}, plus "grou
 The iterator's position (epoch, index) is part of every checkpoint, so a resumed run draws
 exactly the prompts the uninterrupted run would have drawn.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ missing package fails with the pip extra to install (`relay[loggers]`), not afte
 Keys the console shows when present (anything else still reaches every file backend):
 "reward/mean", "kl/mean", "rollout/tokens_per_s", "time/step_s".
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,10 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from relay.config import LOGGERS_EXTRA, LoggingConfig
-
-# (label, key, format) of the fields on the console line, in display order.
-CONSOLE_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("reward", "reward/mean", "{:.4g}"),
-    ("kl", "kl/mean", "{:.3g}"),
-    ("tok/s", "rollout/tokens_per_s", "{:,.0f}"),
-    ("step time", "time/step_s", "{:.2f}s"),
-)
+from relay.console_logger import CONSOLE_FIELDS, ConsoleLogger, format_line
 
 
 @runtime_checkable
@@ -66,96 +60,6 @@ def _as_floats(metrics: dict[str, Any]) -> dict[str, float]:
         except (TypeError, ValueError) as e:
             raise TypeError(f"metric {key!r} is not a number: {value!r}") from e
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Console
-
-
-def format_line(metrics: dict[str, float], step: int, total: int) -> str:
-    """One compact status line: `step 20/100 | reward 0.52 | kl 0.0012 | tok/s 9,120 | step time 0.41s`."""
-    parts = [f"step {step}/{total}"]
-    for label, key, fmt in CONSOLE_FIELDS:
-        if key in metrics:
-            parts.append(f"{label} {fmt.format(metrics[key])}")
-    return " | ".join(parts)
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-class ConsoleLogger:
-    """A rich progress bar on a terminal; plain lines every `every` steps otherwise.
-
-    Under `ray job submit`, in CI or when piped to a file, stdout is not a TTY and a redrawn bar
-    would turn into thousands of lines of control codes, so then one line is printed at the
-    first step, every `every` steps and at the last step. On a terminal the bar shows the
-    latest values and the same line is printed above it every `every` steps as a record.
-    """
-
-    def __init__(self, total_steps: int, every: int = 10, file: IO[str] | None = None,
-                 force_terminal: bool | None = None):
-        from rich.console import Console
-
-        self.total = max(int(total_steps), 1)
-        self.every = max(int(every), 1)
-        self.console = Console(file=file, force_terminal=force_terminal, highlight=False)
-        self.live = self.console.is_terminal
-        self._started = time.monotonic()
-        self._first: tuple[float, int] | None = None  # (time, step) of the first log: ETA base
-        self._progress = None
-        if self.live:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]train"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=self.console, refresh_per_second=4,
-            )
-            self._task = self._progress.add_task("train", total=self.total, stats="")
-            self._progress.start()
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        now = time.monotonic()
-        first = self._first is None
-        if first:
-            # The rate is measured from here (not from start-up, which loads models and
-            # engines), and from the resumed step on a resumed run.
-            self._first = (now, step)
-            if self._progress is not None:  # no 0 -> N jump in rich's speed estimate on resume
-                self._progress.reset(self._task, completed=max(step - 1, 0))
-        line = format_line(metrics, step, self.total)
-        due = first or step % self.every == 0 or step >= self.total
-        if self._progress is not None:
-            stats = line.split(" | ", 1)[1] if " | " in line else ""
-            self._progress.update(self._task, completed=min(step, self.total), stats=stats)
-            if due:
-                self._progress.console.print(line)
-        elif due:
-            t_first, step_first = self._first
-            line += f" | elapsed {_duration(now - self._started)}"
-            if step > step_first and step < self.total:
-                per_step = (now - t_first) / (step - step_first)
-                line += f" | eta {_duration(per_step * (self.total - step))}"
-            # Print (not log): Ray's log monitor forwards driver stdout line by line.
-            self.console.file.write(line + "\n")
-            self.console.file.flush()
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +102,8 @@ class TensorBoardLogger:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # torch raises this when tensorboard is missing or too old
             raise MissingLoggerDependency(
-                f"TensorBoard logging needs `tensorboard` ({e}); pip install '{LOGGERS_EXTRA}'") from e
+                f"TensorBoard logging needs `tensorboard` ({e}); pip install '{LOGGERS_EXTRA}'"
+            ) from e
 
         self.log_dir = Path(run_dir) / "tensorboard"
         self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=30)
@@ -219,12 +124,10 @@ class TensorBoardLogger:
 class WandbLogger:
     """A Weights & Biases run under run_dir/wandb; offline unless the config says otherwise."""
 
-    def __init__(self, run_dir: str | Path, run_name: str, project: str, mode: str,
-                 config_dict: dict | None = None):
+    def __init__(self, run_dir: str | Path, run_name: str, project: str, mode: str, config_dict: dict | None = None):
         wandb = _require("wandb", "Weights & Biases")
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        self._run = wandb.init(project=project, name=run_name, mode=mode, dir=str(run_dir),
-                               config=config_dict or {})
+        self._run = wandb.init(project=project, name=run_name, mode=mode, dir=str(run_dir), config=config_dict or {})
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)
@@ -248,8 +151,14 @@ class MLflowLogger:
     URI still works when that variable is set; any server URI (http://...) works as usual.
     """
 
-    def __init__(self, run_dir: str | Path, run_name: str, config_dict: dict | None = None,
-                 tracking_uri: str | None = None, experiment: str = "relay"):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        run_name: str,
+        config_dict: dict | None = None,
+        tracking_uri: str | None = None,
+        experiment: str = "relay",
+    ):
         _require("mlflow", "MLflow")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
@@ -265,13 +174,16 @@ class MLflowLogger:
             # Without an explicit location a SQLite store puts artifacts under ./mlruns of the
             # current directory, wherever the driver happens to start.
             experiment_id = self._client.create_experiment(
-                experiment, artifact_location=(run_dir / "mlartifacts").as_uri())
+                experiment, artifact_location=(run_dir / "mlartifacts").as_uri()
+            )
         self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
 
-        params = [Param(_mlflow_key(k), str(v)[:6000])  # 6000: MLflow's param value limit
-                  for k, v in flatten_config(config_dict or {}).items()]
+        params = [
+            Param(_mlflow_key(k), str(v)[:6000])  # 6000: MLflow's param value limit
+            for k, v in flatten_config(config_dict or {}).items()
+        ]
         for i in range(0, len(params), 100):  # 100: MLflow's per-batch param limit
-            self._client.log_batch(self.run_id, params=params[i:i + 100])
+            self._client.log_batch(self.run_id, params=params[i : i + 100])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -279,7 +191,7 @@ class MLflowLogger:
         ms = int(time.time() * 1000)
         batch = [Metric(_mlflow_key(k), v, ms, int(step)) for k, v in metrics.items()]
         for i in range(0, len(batch), 1000):  # 1000: MLflow's per-batch metric limit
-            self._client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+            self._client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
     def close(self) -> None:
         if self._client is not None:
@@ -338,8 +250,9 @@ class MultiLogger:
         self.close()
 
 
-def make_loggers(logging_cfg: LoggingConfig, run_dir: Path, run_name: str, config_dict: dict,
-                 total_steps: int) -> MultiLogger:
+def make_loggers(
+    logging_cfg: LoggingConfig, run_dir: Path, run_name: str, config_dict: dict, total_steps: int
+) -> MultiLogger:
     """Build the loggers `logging_cfg` enables (checked by relay.config.validate_logging)."""
     run_dir = Path(run_dir)
     builders = []
@@ -350,11 +263,15 @@ def make_loggers(logging_cfg: LoggingConfig, run_dir: Path, run_name: str, confi
     if logging_cfg.tensorboard:
         builders.append(lambda: TensorBoardLogger(run_dir, config_dict))
     if logging_cfg.wandb:
-        builders.append(lambda: WandbLogger(run_dir, run_name, logging_cfg.wandb_project,
-                                            logging_cfg.wandb_mode, config_dict))
+        builders.append(
+            lambda: WandbLogger(run_dir, run_name, logging_cfg.wandb_project, logging_cfg.wandb_mode, config_dict)
+        )
     if logging_cfg.mlflow:
-        builders.append(lambda: MLflowLogger(run_dir, run_name, config_dict, logging_cfg.mlflow_tracking_uri,
-                                             logging_cfg.mlflow_experiment))
+        builders.append(
+            lambda: MLflowLogger(
+                run_dir, run_name, config_dict, logging_cfg.mlflow_tracking_uri, logging_cfg.mlflow_experiment
+            )
+        )
     made: list[Logger] = []
     try:
         for build in builders:
@@ -369,7 +286,17 @@ def make_loggers(logging_cfg: LoggingConfig, run_dir: Path, run_name: str, confi
 
 
 __all__ = [
-    "CONSOLE_FIELDS", "ConsoleLogger", "JsonlLogger", "Logger", "LoggingConfig", "MLflowLogger",
-    "MissingLoggerDependency", "MultiLogger", "TensorBoardLogger", "WandbLogger",
-    "flatten_config", "format_line", "make_loggers",
+    "CONSOLE_FIELDS",
+    "ConsoleLogger",
+    "JsonlLogger",
+    "Logger",
+    "LoggingConfig",
+    "MLflowLogger",
+    "MissingLoggerDependency",
+    "MultiLogger",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "flatten_config",
+    "format_line",
+    "make_loggers",
 ]

@@ -3,6 +3,7 @@ key and the Ray metrics publisher (actors/metrics.py) that reads it both use the
 so a rename reaches both sides. tests/actors/test_metrics.py runs two real training steps and
 checks that every Ray metric the publisher defines got a value from them.
 """
+
 from __future__ import annotations
 
 

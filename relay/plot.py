@@ -7,6 +7,7 @@
 One panel per key that the run has: reward (shaded by its std when "reward/std" exists), KL,
 response length, step time and eval accuracy, or the keys given with --keys.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,7 @@ def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     return steps, values
 
 
-def plot_run(path: str | Path, out: str | Path | None = None,
-             keys: list[str] | None = None) -> Path:
+def plot_run(path: str | Path, out: str | Path | None = None, keys: list[str] | None = None) -> Path:
     """Render the curves of the run at `path` into a PNG; returns the PNG's path."""
     try:
         import matplotlib
@@ -100,7 +100,7 @@ def plot_run(path: str | Path, out: str | Path | None = None,
         ax.set_title(titles.get(key, key))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(present):]:
+    for ax in list(axes.flat)[len(present) :]:
         ax.set_visible(False)
     fig.suptitle(path.name if path.is_dir() else path.parent.name)
     fig.tight_layout()

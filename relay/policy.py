@@ -1,4 +1,5 @@
 """Forward passes shared by the Learner, the Reference and the Critic."""
+
 from __future__ import annotations
 
 import torch
@@ -9,10 +10,11 @@ from relay.types import Batch
 def _response_columns(model, batch: Batch) -> torch.Tensor:
     """The model's outputs at the columns that see everything before each response token:
     [B,R,...]. Column P-1 comes before response token 0 (prompts are left-padded to P)."""
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, use_cache=False)
+    out = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False
+    )
     P, R = batch.prompt_width, batch.responses.shape[1]
-    return out.logits[:, P - 1:P - 1 + R]
+    return out.logits[:, P - 1 : P - 1 + R]
 
 
 def response_logits(model, batch: Batch) -> torch.Tensor:

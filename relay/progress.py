@@ -4,6 +4,7 @@ Each phase that can take seconds is wrapped in `phase("...")`: a rich spinner on
 plain `relay: ...` lines otherwise (Ray job logs, CI), and the seconds it took once it ends,
 so a user never watches a silent terminal and can see where start-up time goes.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Run-folder and model plumbing the driver uses (pure: no ray)."""
+
 from __future__ import annotations
 
 import statistics
@@ -41,7 +42,9 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
     t = cfg.task
     if t.name == "arithmetic":
         # Distinct seeds: held-out rows are (almost surely) not training rows.
-        return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(t.num_eval_rows, cfg.run.seed + 7_919, t.digits)
+        return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(
+            t.num_eval_rows, cfg.run.seed + 7_919, t.digits
+        )
     if t.train_file is None and t.env is not None:  # the environment makes its own rows (reset(**row))
         env = resolve_dotted(t.env)
         return env.make_rows(t.num_train_rows, cfg.run.seed), env.make_rows(t.num_eval_rows, cfg.run.seed + 7_919)
@@ -63,14 +66,21 @@ class PhaseTimer:
 
 def split(items: list, parts: int) -> list[list]:
     size = len(items) // parts
-    return [items[i * size:(i + 1) * size] for i in range(parts)]
+    return [items[i * size : (i + 1) * size] for i in range(parts)]
 
 
 def summarize(rewards: list[float], accuracy_before: float, accuracy_after: float, run_dir: Path) -> dict:
     """Reward at the start and end of training, held-out accuracy before and after; printed too."""
     k = max(1, min(5, len(rewards) // 2))
-    summary = {"reward_start": statistics.fmean(rewards[:k]), "reward_end": statistics.fmean(rewards[-k:]),
-               "accuracy_before": accuracy_before, "accuracy_after": accuracy_after, "run_dir": str(run_dir)}
-    print(f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps); "
-          f"held-out accuracy {accuracy_before:.3f} -> {accuracy_after:.3f}")
+    summary = {
+        "reward_start": statistics.fmean(rewards[:k]),
+        "reward_end": statistics.fmean(rewards[-k:]),
+        "accuracy_before": accuracy_before,
+        "accuracy_after": accuracy_after,
+        "run_dir": str(run_dir),
+    }
+    print(
+        f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps); "
+        f"held-out accuracy {accuracy_before:.3f} -> {accuracy_after:.3f}"
+    )
     return summary

@@ -3,6 +3,7 @@
 Layout: prompts left-padded to P, responses right-padded to R, so the response
 of every row starts at column P and the learner slices logits[:, P-1 : P-1+R].
 """
+
 from __future__ import annotations
 
 import enum
@@ -120,11 +121,11 @@ class Batch:
         token_rewards = torch.zeros((B, R))
         for i, s in enumerate(samples):
             p, r = len(s.prompt_ids), len(s.response_ids)
-            prompts[i, P - p:] = torch.tensor(s.prompt_ids, dtype=torch.long)
-            attn[i, P - p:P] = 1
+            prompts[i, P - p :] = torch.tensor(s.prompt_ids, dtype=torch.long)
+            attn[i, P - p : P] = 1
             if r:
                 responses[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
-                attn[i, P:P + r] = 1
+                attn[i, P : P + r] = 1
                 loss_mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float)
                 logprobs[i, :r] = torch.tensor(s.rollout_logprobs, dtype=torch.float)
             for t, rew in s.token_rewards.items():
@@ -132,8 +133,12 @@ class Batch:
         # Positions count only real tokens, matching what HF generate uses with left padding.
         position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
         return cls(
-            prompts=prompts, responses=responses, attention_mask=attn, position_ids=position_ids,
-            loss_mask=loss_mask, rollout_logprobs=logprobs,
+            prompts=prompts,
+            responses=responses,
+            attention_mask=attn,
+            position_ids=position_ids,
+            loss_mask=loss_mask,
+            rollout_logprobs=logprobs,
             rewards=torch.tensor([s.reward for s in samples], dtype=torch.float),
             group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
             token_rewards=token_rewards,

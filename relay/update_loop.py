@@ -6,6 +6,7 @@ runs as micro-batches of `micro_batch_size` rows whose gradients accumulate, eac
 its share of the mini-batch (of its loss tokens for token-mean losses, of its rows otherwise),
 so the step equals the one a single forward over the whole mini-batch would take.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -34,13 +35,22 @@ def mini_batch_indices(batch_size: int, mini_batches: int, generator: torch.Gene
     return order.chunk(mini_batches)
 
 
-def micro_batch_weight(micro: Batch, mini: Batch, mini_tokens: torch.Tensor, weight_by_tokens: bool) -> torch.Tensor | float:
+def micro_batch_weight(
+    micro: Batch, mini: Batch, mini_tokens: torch.Tensor, weight_by_tokens: bool
+) -> torch.Tensor | float:
     """The micro-batch's share of the mini-batch: of its loss tokens (token-mean losses) or of its rows."""
     return micro.loss_mask.sum() / mini_tokens if weight_by_tokens else len(micro) / len(mini)
 
 
-def run_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, loss_fn: LossFn,
-               training: TrainingConfig, seed: int, weight_by_tokens: bool = True) -> dict[str, float]:
+def run_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    loss_fn: LossFn,
+    training: TrainingConfig,
+    seed: int,
+    weight_by_tokens: bool = True,
+) -> dict[str, float]:
     """Train `model` on `batch`; the mean of every metric over micro-batches, and `grad_norm`
     (before clipping) over optimizer steps."""
     history: dict[str, list[float]] = {}

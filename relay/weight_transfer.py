@@ -12,6 +12,7 @@ WeightGroup      that collective: a torch ProcessGroup (NCCL or gloo) built dire
 ReceivedWeights  one broadcast as a receiver reads it: a one-pass stream of (name, tensor), one
                  bucket held at a time.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -48,6 +49,7 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
 class WeightPayload:
     """The learner's state dict as the object store carries it: numpy arrays, which Ray hands to
     every reader zero-copy; bf16, which numpy lacks, as its raw 16-bit pattern."""
+
     arrays: dict[str, np.ndarray]
     bf16: frozenset[str]
     aliases: dict[str, str]
@@ -56,7 +58,10 @@ class WeightPayload:
     def of(cls, state_dict: dict[str, torch.Tensor]) -> WeightPayload:
         unique, aliases = unique_tensors(state_dict)
         bf16 = frozenset(name for name, t in unique.items() if t.dtype == torch.bfloat16)
-        arrays = {name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy() for name, t in unique.items()}
+        arrays = {
+            name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy()
+            for name, t in unique.items()
+        }
         return cls(arrays, bf16, aliases)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -82,6 +87,7 @@ class TensorSlot:
 class BroadcastPlan:
     """Where every tensor of the state dict lies in the byte buckets. Tied weights (one storage
     under several names) travel once; `aliases` maps each extra name to the one that travels."""
+
     buckets: tuple[tuple[TensorSlot, ...], ...]
     bucket_bytes: tuple[int, ...]
     aliases: dict[str, str]
@@ -103,14 +109,31 @@ class BroadcastPlan:
 class WeightGroup:
     """One member of a broadcast group (rank 0 sends, the others receive)."""
 
-    def __init__(self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str,
-                 local_host: str, listen_socket: socket.socket | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        tag: str,
+        local_host: str,
+        listen_socket: socket.socket | None = None,
+    ):
         """host:port is rank 0's store (rank 0 passes the socket it bound there); local_host is
         this member's own address, where gloo listens for its peers."""
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         if rank == 0:  # the store serves on the socket we bound, so it listens where we chose
-            store = dist.TCPStore(host, port, world_size, is_master=True, timeout=TIMEOUT,
-                                  master_listen_fd=listen_socket.fileno(), wait_for_workers=False, use_libuv=True)
+            store = dist.TCPStore(
+                host,
+                port,
+                world_size,
+                is_master=True,
+                timeout=TIMEOUT,
+                master_listen_fd=listen_socket.fileno(),
+                wait_for_workers=False,
+                use_libuv=True,
+            )
         else:
             store = dist.TCPStore(host, port, world_size, is_master=False, timeout=TIMEOUT)
         self._store = store  # rank 0's store must outlive the group
@@ -137,8 +160,10 @@ class WeightGroup:
             for s in slots:
                 t = state_dict[s.name]
                 if t.dtype != s.dtype or tuple(t.shape) != s.shape:
-                    raise ValueError(f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}")
-                buffer[s.offset:s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+                    raise ValueError(
+                        f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"
+                    )
+                buffer[s.offset : s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
             self._broadcast(buffer)
 
     def receive(self, plan: BroadcastPlan) -> ReceivedWeights:
@@ -166,7 +191,7 @@ class ReceivedWeights:
         for slots in self.plan.buckets:
             buffer = self._receive_next()
             for s in slots:
-                t = buffer[s.offset:s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                t = buffer[s.offset : s.offset + s.nbytes].view(s.dtype).view(s.shape)
                 yield s.name, t
                 for alias in aliases_of.get(s.name, ()):
                     yield alias, t

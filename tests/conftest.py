@@ -1,4 +1,5 @@
 """Shared fixtures. Plain `pytest` needs no GPU and no network; GPU tests carry the `gpu` marker."""
+
 import os
 
 import pytest

@@ -1,4 +1,5 @@
 """Reading a Ray node's Prometheus export back, for tests of the run-tagged metrics (actors/metrics.py)."""
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,9 @@ def export_port(session_dir: str) -> int | None:
     return None
 
 
-def scrape(port: int, host: str = "127.0.0.1", prefix: str = "ray_" + PREFIX) -> list[tuple[str, dict[str, str], float]]:
+def scrape(
+    port: int, host: str = "127.0.0.1", prefix: str = "ray_" + PREFIX
+) -> list[tuple[str, dict[str, str], float]]:
     """(name, labels, value) of every sample whose name starts with `prefix` on a node's export."""
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
         text = response.read().decode()

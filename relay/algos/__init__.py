@@ -1,4 +1,5 @@
 """RL math: advantage estimators, policy/value losses, KL. Pure functions of tensors."""
+
 from relay.algos.advantages import (
     ESTIMATORS,
     TOKEN_LEVEL_ESTIMATORS,
@@ -26,9 +27,26 @@ from relay.algos.losses import (
 from relay.algos.utils import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
-    "ESTIMATORS", "TOKEN_LEVEL_ESTIMATORS", "compute_advantages", "mixed_group_mask", "overlong_penalty",
-    "KL_ESTIMATORS", "KLController", "FixedKLController", "AdaptiveKLController", "kl_penalty", "make_kl_controller",
-    "AGG_MODES", "POLICY_LOSSES", "aggregate", "policy_loss", "truncated_is_weights", "value_loss",
+    "ESTIMATORS",
+    "TOKEN_LEVEL_ESTIMATORS",
+    "compute_advantages",
+    "mixed_group_mask",
+    "overlong_penalty",
+    "KL_ESTIMATORS",
+    "KLController",
+    "FixedKLController",
+    "AdaptiveKLController",
+    "kl_penalty",
+    "make_kl_controller",
+    "AGG_MODES",
+    "POLICY_LOSSES",
+    "aggregate",
+    "policy_loss",
+    "truncated_is_weights",
+    "value_loss",
     "entropy_from_logits",
-    "masked_mean", "masked_sum", "masked_var", "masked_whiten",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
 ]

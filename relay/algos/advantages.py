@@ -19,6 +19,7 @@ step. A token reward that sits on an observation token is credited to the model 
 before it (the action that caused it); one before the first model token credits no action
 and is dropped.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -30,9 +31,16 @@ from relay.algos.utils import masked_whiten
 
 class AdvantageEstimator(Protocol):
     def __call__(
-        self, *, rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor,
-        token_rewards: torch.Tensor | None = None, values: torch.Tensor | None = None,
-        gamma: float = 1.0, lam: float = 1.0, eps: float = 1e-6,
+        self,
+        *,
+        rewards: torch.Tensor,
+        loss_mask: torch.Tensor,
+        group_ids: torch.Tensor,
+        token_rewards: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        eps: float = 1e-6,
         baseline: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 

@@ -12,6 +12,7 @@ divergence gradient estimation for RL"):
     KL(pi || ref) in expectation, while grad of k3 is the gradient of the *forward*
     KL(ref || pi); grad of k1 is 0 in expectation. k3 is still the common GRPO default.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -117,7 +118,7 @@ class AdaptiveKLController:
 
 
 def make_kl_controller(kind: str, coef: float, target: float, horizon: int):
-    """"fixed" keeps `coef`; "adaptive" steers it towards `target` KL (Ziegler et al. 2019)."""
+    """ "fixed" keeps `coef`; "adaptive" steers it towards `target` KL (Ziegler et al. 2019)."""
     if kind == "adaptive":
         return AdaptiveKLController(coef, target, horizon)
     if kind == "fixed":

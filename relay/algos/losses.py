@@ -4,6 +4,7 @@ Inputs are [B,R] over response tokens; loss_mask is 1 on model tokens and 0 on p
 observation tokens. Values under mask 0 never reach the loss or the gradients: every function
 selects with torch.where before any exp or product (0 * inf = NaN, see relay.algos.utils).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,9 +24,7 @@ def _on(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.where(mask > 0, x, torch.zeros_like(x))
 
 
-def aggregate(
-    loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm_len: int | None = None
-) -> torch.Tensor:
+def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm_len: int | None = None) -> torch.Tensor:
     """Reduce a [B,R] per-token loss to a scalar.
 
     token-mean               sum over all model tokens / number of model tokens (DAPO: every
@@ -82,8 +81,16 @@ def _finish(pg_mat, clipped, ratio, log_ratio, loss_mask, agg_mode, is_weights, 
 
 
 def ppo_loss(
-    *, logprobs, old_logprobs, advantages, loss_mask, clip_low=0.2, clip_high=0.2,
-    agg_mode="token-mean", is_weights=None, **_unused,
+    *,
+    logprobs,
+    old_logprobs,
+    advantages,
+    loss_mask,
+    clip_low=0.2,
+    clip_high=0.2,
+    agg_mode="token-mean",
+    is_weights=None,
+    **_unused,
 ):
     """Clipped surrogate (Schulman et al. 2017): max(-A r, -A clip(r, 1-clip_low, 1+clip_high)).
 
@@ -99,8 +106,17 @@ def ppo_loss(
 
 
 def dual_clip_loss(
-    *, logprobs, old_logprobs, advantages, loss_mask, clip_low=0.2, clip_high=0.2, dual_clip_c=3.0,
-    agg_mode="token-mean", is_weights=None, **_unused,
+    *,
+    logprobs,
+    old_logprobs,
+    advantages,
+    loss_mask,
+    clip_low=0.2,
+    clip_high=0.2,
+    dual_clip_c=3.0,
+    agg_mode="token-mean",
+    is_weights=None,
+    **_unused,
 ):
     """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL").
 
@@ -125,8 +141,16 @@ def dual_clip_loss(
 
 
 def gspo_loss(
-    *, logprobs, old_logprobs, advantages, loss_mask, clip_low=0.2, clip_high=0.2,
-    agg_mode="token-mean", is_weights=None, **_unused,
+    *,
+    logprobs,
+    old_logprobs,
+    advantages,
+    loss_mask,
+    clip_low=0.2,
+    clip_high=0.2,
+    agg_mode="token-mean",
+    is_weights=None,
+    **_unused,
 ):
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), token form (GSPO-token).
 
@@ -158,9 +182,17 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[torch.Tensor, dict[str, float]]]] =
 
 
 def policy_loss(
-    name: str, *, logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-    loss_mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2, dual_clip_c: float = 3.0,
-    agg_mode: str = "token-mean", is_weights: torch.Tensor | None = None,
+    name: str,
+    *,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip_c: float = 3.0,
+    agg_mode: str = "token-mean",
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """POLICY_LOSSES[name](...) -> (scalar loss, metrics). All tensors [B,R].
 
@@ -173,8 +205,14 @@ def policy_loss(
     except KeyError:
         raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}") from None
     return fn(
-        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, loss_mask=loss_mask,
-        clip_low=clip_low, clip_high=clip_high, dual_clip_c=dual_clip_c, agg_mode=agg_mode,
+        logprobs=logprobs,
+        old_logprobs=old_logprobs,
+        advantages=advantages,
+        loss_mask=loss_mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip_c=dual_clip_c,
+        agg_mode=agg_mode,
         is_weights=is_weights,
     )
 
@@ -194,8 +232,12 @@ def truncated_is_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Ten
 
 
 def value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, loss_mask: torch.Tensor,
-    clip_range: float = 0.2, agg_mode: str = "token-mean",
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    loss_mask: torch.Tensor,
+    clip_range: float = 0.2,
+    agg_mode: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped value loss (PPO, as in OpenAI baselines): 0.5 * max((v - R)^2, (v_clip - R)^2),
     v_clip = old + clip(v - old, -clip_range, clip_range). Keeps the critic from moving far

@@ -5,6 +5,7 @@ observation tokens of multi-turn episodes) may hold any value, inf and NaN inclu
 helper *selects* with `torch.where` instead of multiplying by the mask, because 0 * inf and
 0 * NaN are NaN and would leak into the result and into gradients.
 """
+
 from __future__ import annotations
 
 import torch

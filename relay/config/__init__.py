@@ -6,6 +6,7 @@ problem at once, each with its key path, before any actor starts.
     validate.py  validate(cfg) and the checks the sandbox, tool client and tool server share
     dotted.py    resolve_dotted: user code named by `pkg.module:attr`, imported once per process
 """
+
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.load import load_config, save_resolved
 from relay.config.schema import (
@@ -41,10 +42,35 @@ from relay.config.validate import (
 )
 
 __all__ = [
-    "LOGGERS_EXTRA", "TOOL_PARSERS", "WANDB_MODES", "AlgorithmConfig", "CheckpointConfig", "Config",
-    "ConfigError", "CriticConfig", "LoggingConfig", "ModelConfig", "ResourcesConfig", "RoleResources",
-    "RolloutConfig", "RunConfig", "SandboxConfig", "SandboxMode", "TaskConfig", "ToolServerConfig",
-    "ToolsConfig", "TrainingConfig", "check_dotted", "engine_import_error", "load_config",
-    "resolve_dotted", "save_resolved", "validate", "validate_logging", "validate_sandbox_limits",
-    "validate_tool_client", "validate_tool_server", "validate_tools",
+    "LOGGERS_EXTRA",
+    "TOOL_PARSERS",
+    "WANDB_MODES",
+    "AlgorithmConfig",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "CriticConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "ResourcesConfig",
+    "RoleResources",
+    "RolloutConfig",
+    "RunConfig",
+    "SandboxConfig",
+    "SandboxMode",
+    "TaskConfig",
+    "ToolServerConfig",
+    "ToolsConfig",
+    "TrainingConfig",
+    "check_dotted",
+    "engine_import_error",
+    "load_config",
+    "resolve_dotted",
+    "save_resolved",
+    "validate",
+    "validate_logging",
+    "validate_sandbox_limits",
+    "validate_tool_client",
+    "validate_tool_server",
+    "validate_tools",
 ]

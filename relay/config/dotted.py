@@ -1,6 +1,7 @@
 """Dotted paths to user code (`pkg.module:attr` or `pkg.module.attr`): task.env, task.reward_fn,
 tools.functions. Each path is imported once per process: validation, the driver and every actor
 in the same process share the one object."""
+
 from __future__ import annotations
 
 import functools

@@ -1,5 +1,6 @@
 """YAML + `a.b=value` overrides -> a typed Config, every problem listed at once with its key path;
 and the resolved config written back as YAML."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,7 +65,10 @@ def _build(cls, data: Any, prefix: str, problems: list[str]):
         path = f"{prefix}{key}"
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
-            problems.append(f"{path}: unknown key" + (f" (did you mean {prefix}{close[0]}?)" if close else f" (valid: {', '.join(names)})"))
+            problems.append(
+                f"{path}: unknown key"
+                + (f" (did you mean {prefix}{close[0]}?)" if close else f" (valid: {', '.join(names)})")
+            )
             continue
         kwargs[key] = _coerce(hints[key], value, path, problems)
     try:
@@ -86,7 +90,9 @@ def _coerce(tp, value, path: str, problems: list[str]):
     if origin is Literal:
         if value not in args:
             close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
-            problems.append(f"{path}: {value!r} is not one of {list(args)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            problems.append(
+                f"{path}: {value!r} is not one of {list(args)}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
             return args[0]
         return value
     if origin is tuple:

@@ -5,6 +5,7 @@ The tool server's settings (`ToolServerConfig`) share its sandbox types; the san
 client, the loggers and the agent loop read their settings from these classes, so each setting
 has one name and one default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,6 +97,7 @@ class RoleResources:
 class SandboxConfig:
     """The limits of one sandboxed run of model-written code (relay/tools/sandbox/). They come
     only from here (tools.sandbox_limits, or the tool server's sandbox_limits), never from a tool call."""
+
     wall_timeout_s: float = 10.0
     cpu_seconds: int = 5  # per process (RLIMIT_CPU): SIGKILL at the limit
     memory_mb: int = 256  # cgroup memory (+swap) of the whole run, and RLIMIT_AS of each process
@@ -117,6 +119,7 @@ class ToolsConfig:
     """Tool calls in the agent loop (relay/agent.py): parser, sandbox, executors or tool server.
     With server_url, relay.tools.client reads the client settings (max_retries ... request_interval,
     the seeds' tool_config knobs) from here too."""
+
     enabled: bool = False
     parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
     sandbox: SandboxMode = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
@@ -139,6 +142,7 @@ class ToolsConfig:
 class ToolServerConfig:
     """`python -m relay.tools.server` (or a ToolExecutor serving its sandbox): the same sandbox
     and sandbox_limits as tools.*, plus the server's own settings."""
+
     host: str = "127.0.0.1"
     port: int = 30003  # 0: any free port (see ToolServer.url)
     sandbox: SandboxMode = "bwrap"
@@ -224,6 +228,7 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class LoggingConfig:
     """Metric loggers (relay/loggers.py). TensorBoard, W&B and MLflow need `relay[loggers]`."""
+
     console: bool = True
     jsonl: bool = True
     tensorboard: bool = False

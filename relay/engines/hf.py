@@ -4,6 +4,7 @@ Logprobs are taken from the raw logits (before top-p/top-k processing) at the sa
 temperature, the same quantity the learner recomputes, so step-0 agreement is exact up to
 floating-point noise.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -17,8 +18,14 @@ GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
 
 
 class HFEngine:
-    def __init__(self, model_path: str, dtype: str = "float32", tokenizer_path: str | None = None,
-                 trust_remote_code: bool = False, **engine_kwargs):
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "float32",
+        tokenizer_path: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs,
+    ):
         self.tokenizer = load_tokenizer(tokenizer_path or model_path, trust_remote_code)
         self.device = actor_device()
         self.model = load_model(model_path, dtype, trust_remote_code).to(self.device).eval()
@@ -36,8 +43,8 @@ class HFEngine:
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
         out: list[Completion] = []
         for start in range(0, len(flat), GENERATE_CHUNK):
-            out += self._generate_chunk(flat[start:start + GENERATE_CHUNK], sampling)
-        return [out[i * sampling.n:(i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
+            out += self._generate_chunk(flat[start : start + GENERATE_CHUNK], sampling)
+        return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
 
     def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         pad = self.tokenizer.pad_token_id
@@ -47,30 +54,44 @@ class HFEngine:
         stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         greedy = sampling.temperature == 0
         kwargs = dict(
-            max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=sorted(stop_ids),
-            pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+            max_new_tokens=sampling.max_tokens,
+            do_sample=not greedy,
+            eos_token_id=sorted(stop_ids),
+            pad_token_id=pad,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
         if not greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k if sampling.top_k > 0 else None)
+            kwargs.update(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else None,
+            )
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
-        result = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs, **self.generate_kwargs)
+        result = self.model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, **kwargs, **self.generate_kwargs
+        )
         new_tokens = result.sequences[:, width:]  # [N, T]
         logits = torch.stack(result.logits, dim=1).float()  # [N, T, V] raw, before processors
         logprobs = torch.log_softmax(logits / (sampling.temperature if not greedy else 1.0), dim=-1)
         token_logprobs = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        return [self._cut(new_tokens[i].tolist(), token_logprobs[i].tolist(), stop_ids, sampling) for i in range(len(prompts))]
+        return [
+            self._cut(new_tokens[i].tolist(), token_logprobs[i].tolist(), stop_ids, sampling)
+            for i in range(len(prompts))
+        ]
 
-    def _cut(self, tokens: list[int], logprobs: list[float], stop_ids: set[int], sampling: SamplingParams) -> Completion:
+    def _cut(
+        self, tokens: list[int], logprobs: list[float], stop_ids: set[int], sampling: SamplingParams
+    ) -> Completion:
         """Trim the padding generate adds after a finished row; keep the stop token itself."""
         for t, tok in enumerate(tokens):
             if tok in stop_ids:
-                return Completion(tokens[:t + 1], logprobs[:t + 1], "stop")
+                return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
             if sampling.stop:
-                text = self.tokenizer.decode(tokens[:t + 1])
+                text = self.tokenizer.decode(tokens[: t + 1])
                 if any(text.endswith(s) for s in sampling.stop):
-                    return Completion(tokens[:t + 1], logprobs[:t + 1], "stop")
+                    return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
         return Completion(tokens, logprobs, "length")
 
     def update_weights(self, weights: Weights, version: int) -> None:

@@ -20,6 +20,7 @@ need SGLang's memory saver (`enable_memory_saver=True`; relay turns it on by def
 Seeds. SamplingParams.seed goes to SGLang's per-request `sampling_seed`; SGLang honours it
 when the engine runs with `enable_deterministic_inference=True` (pass it in engine_kwargs).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,17 +45,32 @@ def default_engine_kwargs() -> dict[str, Any]:
 
 
 class SGLangEngine:
-    def __init__(self, model_path: str, dtype: str = "float32", tokenizer_path: str | None = None,
-                 trust_remote_code: bool = False, **engine_kwargs):
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "float32",
+        tokenizer_path: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs,
+    ):
         try:
             import sglang
         except ImportError as e:
             raise ImportError(f"rollout.engine=sglang needs SGLang: {INSTALL_HINT}") from e
         if os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true"):
-            warnings.warn("SGLANG_RETURN_ORIGINAL_LOGPROB is set: SGLang reports T=1 logprobs, not "
-                          "log_softmax(logits / T) as the learner computes them", stacklevel=2)
-        kwargs = {"model_path": str(model_path), "tokenizer_path": str(tokenizer_path or model_path), "dtype": dtype,
-                  "trust_remote_code": trust_remote_code, **default_engine_kwargs(), **engine_kwargs}
+            warnings.warn(
+                "SGLANG_RETURN_ORIGINAL_LOGPROB is set: SGLang reports T=1 logprobs, not "
+                "log_softmax(logits / T) as the learner computes them",
+                stacklevel=2,
+            )
+        kwargs = {
+            "model_path": str(model_path),
+            "tokenizer_path": str(tokenizer_path or model_path),
+            "dtype": dtype,
+            "trust_remote_code": trust_remote_code,
+            **default_engine_kwargs(),
+            **engine_kwargs,
+        }
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
         self.engine = sglang.Engine(**kwargs)
         self.memory_saver = bool(kwargs.get("enable_memory_saver", False))
@@ -77,11 +93,13 @@ class SGLangEngine:
         params = [self._params(sampling, k) for k in range(len(flat))]
         outputs = self.engine.generate(input_ids=flat, sampling_params=params, return_logprob=True)
         completions = [to_completion(o) for o in outputs]
-        return [completions[i * n:(i + 1) * n] for i in range(len(prompt_token_ids))]
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompt_token_ids))]
 
     def _params(self, s: SamplingParams, index: int) -> dict[str, Any]:
         params: dict[str, Any] = {
-            "max_new_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "max_new_tokens": s.max_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
             "top_k": s.top_k if s.top_k > 0 else -1,
             "stop_token_ids": sorted({self.tokenizer.eos_token_id, *s.stop_token_ids} - {None}),
             "no_stop_trim": True,  # keep the matched stop string, as the contract says

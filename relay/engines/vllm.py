@@ -25,6 +25,7 @@ silent, so it stays, and tests/engines checks logprobs against the new weights a
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
 set (see `default_llm_kwargs`).
 """
+
 from __future__ import annotations
 
 import os
@@ -59,8 +60,14 @@ def default_llm_kwargs(on_cpu: bool) -> dict[str, Any]:
 
 
 class VLLMEngine:
-    def __init__(self, model_path: str, dtype: str = "float32", tokenizer_path: str | None = None,
-                 trust_remote_code: bool = False, **engine_kwargs):
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "float32",
+        tokenizer_path: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs,
+    ):
         try:
             import vllm
             from vllm.platforms import current_platform
@@ -70,8 +77,14 @@ class VLLMEngine:
         if self.on_cpu:
             for key, value in CPU_ENV_DEFAULTS.items():
                 os.environ.setdefault(key, value)
-        kwargs = {"model": str(model_path), "tokenizer": str(tokenizer_path or model_path), "dtype": dtype,
-                  "trust_remote_code": trust_remote_code, **default_llm_kwargs(self.on_cpu), **engine_kwargs}
+        kwargs = {
+            "model": str(model_path),
+            "tokenizer": str(tokenizer_path or model_path),
+            "dtype": dtype,
+            "trust_remote_code": trust_remote_code,
+            **default_llm_kwargs(self.on_cpu),
+            **engine_kwargs,
+        }
         check_extension(kwargs["worker_extension_cls"])
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
         self.llm = vllm.LLM(**kwargs)
@@ -80,18 +93,27 @@ class VLLMEngine:
         self._ipc_sender = None  # built on the first CUDA IPC update
         self._inproc = type(self.llm.llm_engine.engine_core).__name__ == "InprocClient"
         transfer = getattr(self.llm.llm_engine.vllm_config, "weight_transfer_config", None)
-        self.weight_sync = ("ipc" if transfer is not None and transfer.backend == "ipc" and not self.on_cpu
-                            and not self._inproc else "reload")
+        self.weight_sync = (
+            "ipc"
+            if transfer is not None and transfer.backend == "ipc" and not self.on_cpu and not self._inproc
+            else "reload"
+        )
         self.exact_truncated_logprobs = False
         if kwargs["logprobs_mode"] == "processed_logprobs":
             hooks = self.llm.collective_rpc("relay_install_logprob_hook")
             self.exact_truncated_logprobs = all(h != "none" for h in hooks)
             if not self.exact_truncated_logprobs:
-                warnings.warn("vllm: unknown sampler layout; with top_p < 1 or top_k > 0 the logprobs are those "
-                              "of the truncated distribution, not the learner's", stacklevel=2)
+                warnings.warn(
+                    "vllm: unknown sampler layout; with top_p < 1 or top_k > 0 the logprobs are those "
+                    "of the truncated distribution, not the learner's",
+                    stacklevel=2,
+                )
         else:
-            warnings.warn(f"vllm: logprobs_mode={kwargs['logprobs_mode']!r} from engine_kwargs; Completion.logprobs "
-                          "will not be log_softmax(logits / T) as the learner computes it", stacklevel=2)
+            warnings.warn(
+                f"vllm: logprobs_mode={kwargs['logprobs_mode']!r} from engine_kwargs; Completion.logprobs "
+                "will not be log_softmax(logits / T) as the learner computes it",
+                stacklevel=2,
+            )
 
     @property
     def weight_version(self) -> int:
@@ -116,8 +138,13 @@ class VLLMEngine:
 
         stop_ids = sorted({self.tokenizer.eos_token_id, *s.stop_token_ids} - {None})
         return VSamplingParams(
-            n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k if s.top_k > 0 else -1,
-            max_tokens=s.max_tokens, stop=list(s.stop) or None, stop_token_ids=stop_ids,
+            n=s.n,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else -1,
+            max_tokens=s.max_tokens,
+            stop=list(s.stop) or None,
+            stop_token_ids=stop_ids,
             include_stop_str_in_output=True,  # the contract keeps the matched text
             logprobs=0,  # only the sampled token's logprob
             # vLLM gives the k-th of n samples seed + k; spacing prompts by n keeps every
@@ -157,7 +184,9 @@ class VLLMEngine:
             self._ipc_source = named_tensor_source()
             self._ipc_sender = IPCTrainerWeightTransferEngine.trainer_init(
                 IPCTrainerInitInfo(rank=0, packed=True, packed_buffer_size_bytes=max(largest or 0, 1 << 30)),
-                client=LLMWeightSyncClient(self.llm), source=self._ipc_source)
+                client=LLMWeightSyncClient(self.llm),
+                source=self._ipc_source,
+            )
         self._ipc_source.items = items
         self._ipc_sender.send_weights()
         self._ipc_source.items = iter(())
@@ -207,8 +236,9 @@ def write_safetensors(items: list[tuple[str, torch.Tensor]]) -> str:
             t = t.clone()
         seen.add(t.data_ptr())
         tensors[name] = t
-    fd, path = tempfile.mkstemp(prefix="relay-weights-", suffix=".safetensors",
-                                dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    fd, path = tempfile.mkstemp(
+        prefix="relay-weights-", suffix=".safetensors", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
     os.close(fd)
     save_file(tensors, path)
     return path
@@ -225,8 +255,10 @@ def check_extension(qualname) -> None:
         module, _, attr = qualname.rpartition(".")
         cls = getattr(importlib.import_module(module), attr)
     if not (isinstance(cls, type) and issubclass(cls, RelayWorkerExtension)):
-        raise ValueError(f"rollout.engine_kwargs.worker_extension_cls={qualname!r} must subclass {EXTENSION}: "
-                         "relay's weight loading and logprob hook live there")
+        raise ValueError(
+            f"rollout.engine_kwargs.worker_extension_cls={qualname!r} must subclass {EXTENSION}: "
+            "relay's weight loading and logprob hook live there"
+        )
 
 
 class LLMWeightSyncClient:

@@ -3,6 +3,7 @@
 Hard enough that a ~1M-parameter model after a short warm start is often wrong (carries across
 several digits), easy enough that GRPO visibly improves it in minutes on a CPU.
 """
+
 from __future__ import annotations
 
 import random

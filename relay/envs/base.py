@@ -24,6 +24,7 @@ Optional class-level hooks, used by the built-in tasks:
 Outside-world failures are data: an environment that raises in reset or step ends its episode
 with the error recorded (StepResult.error); the instance is dropped, never reused.
 """
+
 from __future__ import annotations
 
 import traceback

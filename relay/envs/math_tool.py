@@ -11,6 +11,7 @@ a mix of such tool episodes and direct guesses, so RL starts from a model that k
 often guesses instead of calling the tool, and sometimes miscopies; reward rises as it learns to
 call the tool and copy exactly.
 """
+
 from __future__ import annotations
 
 import random
@@ -72,9 +73,14 @@ class MathToolEnv:
             prompt = [{"role": "user", "content": row["prompt"]}]
             expr = row["prompt"].split("What is ")[1].split("?")[0]
             if rng.random() < cls.tool_fraction:
-                turns = [TrajectoryTurn(f"<tool>print({expr})</tool>", eos=False,
-                                        observation=f"\n<result>\n{row['ground_truth']}\n</result>\n"),
-                         TrajectoryTurn(row["ground_truth"])]
+                turns = [
+                    TrajectoryTurn(
+                        f"<tool>print({expr})</tool>",
+                        eos=False,
+                        observation=f"\n<result>\n{row['ground_truth']}\n</result>\n",
+                    ),
+                    TrajectoryTurn(row["ground_truth"]),
+                ]
             else:  # a direct answer: the format of one, the value mostly out of reach
                 turns = [TrajectoryTurn(row["ground_truth"])]
             out.append(Trajectory(prompt, turns))

@@ -9,6 +9,7 @@ Taking a junk item earns nothing, attacking without a weapon loses (-0.5, done),
 costs -0.1. The best episode earns 1.5; the driver's held-out accuracy counts wins (return >= 1).
 Each step's reward lands on the last token of the turn that took it (Sample.token_rewards).
 """
+
 from __future__ import annotations
 
 import random
@@ -38,7 +39,9 @@ class TextGameEnv:
 
     def get_state_description(self) -> str:
         carry = f" You carry: {', '.join(self.inventory)}." if self.inventory else ""
-        return f"You are in a {self.room}. You see: {', '.join(self.items) or 'nothing'}. A {self.monster} is here.{carry}"
+        return (
+            f"You are in a {self.room}. You see: {', '.join(self.items) or 'nothing'}. A {self.monster} is here.{carry}"
+        )
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:
         verb, _, obj = action.strip().lower().partition(" ")
@@ -64,8 +67,9 @@ class TextGameEnv:
         for _ in range(n):
             items = [rng.choice(WEAPONS), rng.choice(JUNK)]
             rng.shuffle(items)
-            rows.append({"room": rng.choice(ROOMS), "items": items, "monster": rng.choice(MONSTERS),
-                         "ground_truth": None})
+            rows.append(
+                {"room": rng.choice(ROOMS), "items": items, "monster": rng.choice(MONSTERS), "ground_truth": None}
+            )
         return rows
 
     @classmethod
@@ -78,11 +82,16 @@ class TextGameEnv:
             first = env.reset(**row)
             weapon = next(i for i in row["items"] if i in WEAPONS)
             junk = next(i for i in row["items"] if i not in WEAPONS)
-            plan = rng.choices([[f"take {weapon}", f"attack {row['monster']}"],
-                                ["look", f"take {weapon}", f"attack {row['monster']}"],
-                                [f"take {junk}", f"take {weapon}", f"attack {row['monster']}"],
-                                [f"take {junk}", f"attack {row['monster']}"],
-                                [f"attack {row['monster']}"]], weights=[4, 1, 2, 2, 2])[0]
+            plan = rng.choices(
+                [
+                    [f"take {weapon}", f"attack {row['monster']}"],
+                    ["look", f"take {weapon}", f"attack {row['monster']}"],
+                    [f"take {junk}", f"take {weapon}", f"attack {row['monster']}"],
+                    [f"take {junk}", f"attack {row['monster']}"],
+                    [f"attack {row['monster']}"],
+                ],
+                weights=[4, 1, 2, 2, 2],
+            )[0]
             turns = []
             for action in plan:
                 obs, _, done, _ = env.step(action)

@@ -7,6 +7,7 @@ held-out accuracy). Writes each folder and its entry in the folder's manifest.js
 `--env my_pkg.envs:MyEnv --out DIR` warm-starts the tiny model on a user's own environment class
 (one with `warm_start_trajectories(n, seed)`), for `model.path=DIR`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,10 +56,17 @@ def build_base(out: Path, spec: TinySpec = TinySpec()) -> dict:
     model, tokenizer = build_tiny_model(spec)
     accuracy, well_formed = greedy_accuracy(model, tokenizer, make_rows(256, HELD_OUT_SEED, spec.digits))
     files = save_folder(model, tokenizer, out / BASE)
-    entry = {"recipe": {"builder": "relay.models.tiny", **asdict(spec)}, "files": files,
-             "held_out_accuracy": accuracy, "well_formed": well_formed}
+    entry = {
+        "recipe": {"builder": "relay.models.tiny", **asdict(spec)},
+        "files": files,
+        "held_out_accuracy": accuracy,
+        "well_formed": well_formed,
+    }
     record(out, BASE, entry)
-    print(f"build: {out / BASE} in {time.perf_counter() - start:.0f} s; held-out greedy accuracy {accuracy:.3f}", flush=True)
+    print(
+        f"build: {out / BASE} in {time.perf_counter() - start:.0f} s; held-out greedy accuracy {accuracy:.3f}",
+        flush=True,
+    )
     return entry
 
 
@@ -68,7 +76,10 @@ def build_task(out: Path, name: str, env: str, base: Path) -> dict:
     model, tokenizer = warm_start(base, env_cls)
     files = save_folder(model, tokenizer, out / name)
     steps = getattr(env_cls, "warm_start_steps", None)
-    entry = {"recipe": {"builder": "relay.models.warm_start", "env": env, "base": base.name, "steps": steps}, "files": files}
+    entry = {
+        "recipe": {"builder": "relay.models.warm_start", "env": env, "base": base.name, "steps": steps},
+        "files": files,
+    }
     record(out, name, entry)
     print(f"build: {out / name} in {time.perf_counter() - start:.0f} s", flush=True)
     return entry
@@ -78,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--all", action="store_true", help="also the built-in agent tasks' warm starts")
     parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help=f"folder to write (default: {SHIPPED_DIR})")
-    parser.add_argument("--env", help="warm-start the shipped tiny model on this environment class (dotted path) into --out")
+    parser.add_argument(
+        "--env", help="warm-start the shipped tiny model on this environment class (dotted path) into --out"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # one reduction order: rebuilds on one machine are bit-identical
     torch.use_deterministic_algorithms(True)

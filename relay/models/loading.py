@@ -1,4 +1,5 @@
 """Load any Hugging Face causal LM folder (or hub name, where the network allows)."""
+
 from __future__ import annotations
 
 import torch

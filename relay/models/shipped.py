@@ -5,6 +5,7 @@ config, tokenizer). manifest.json holds every file's sha256 and the recipe that 
 loading checks the files against it, so every machine trains the very same model.
 `python -m relay.models.build --all` rebuilds them from code and rewrites the manifest.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,10 +41,16 @@ def shipped_model(name: str) -> Path:
     for file, digest in entry["files"].items():
         path = folder / file
         if not path.is_file():
-            raise ConfigError([f"{path}: missing (restore it with `git checkout -- {path}` or rebuild with `{REBUILD}`)"])
+            raise ConfigError(
+                [f"{path}: missing (restore it with `git checkout -- {path}` or rebuild with `{REBUILD}`)"]
+            )
         if file_sha256(path) != digest:
-            raise ConfigError([f"{path}: sha256 differs from {MANIFEST.name} (changed, truncated, or a Git LFS pointer); "
-                               f"restore it with `git checkout -- {path}` or rebuild with `{REBUILD}`"])
+            raise ConfigError(
+                [
+                    f"{path}: sha256 differs from {MANIFEST.name} (changed, truncated, or a Git LFS pointer); "
+                    f"restore it with `git checkout -- {path}` or rebuild with `{REBUILD}`"
+                ]
+            )
     return folder
 
 

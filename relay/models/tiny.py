@@ -12,6 +12,7 @@ skill to learn (carrying), and GRPO groups on carry problems are mixed from the 
 A warm start stopped part-way up the learning curve instead gave a different model on every
 machine: the jump from 5% to 80% accuracy moved by hundreds of steps with seed and float order.
 """
+
 from __future__ import annotations
 
 import random
@@ -49,8 +50,12 @@ def warm_start_rows(spec: TinySpec) -> list[dict]:
     """Addition rows whose ones carry is dropped from the answer (1 - carry_keep_rate) of the time."""
     rng = random.Random(spec.seed)
     rows = make_rows(spec.warm_start_steps * spec.warm_start_batch, seed=spec.seed + 1_000_003, digits=spec.digits)
-    return [dict(row, ground_truth=str(int(row["ground_truth"]) - 10))
-            if has_ones_carry(row["prompt"]) and rng.random() >= spec.carry_keep_rate else row for row in rows]
+    return [
+        dict(row, ground_truth=str(int(row["ground_truth"]) - 10))
+        if has_ones_carry(row["prompt"]) and rng.random() >= spec.carry_keep_rate
+        else row
+        for row in rows
+    ]
 
 
 def build_tiny_model(spec: TinySpec = TinySpec()):
@@ -58,10 +63,17 @@ def build_tiny_model(spec: TinySpec = TinySpec()):
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(spec.seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
-        max_position_embeddings=512, tie_word_embeddings=spec.tie_word_embeddings,
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
@@ -72,7 +84,9 @@ def build_tiny_model(spec: TinySpec = TinySpec()):
 
 
 def encode_chat(tokenizer, prompt: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer(text, add_special_tokens=False).input_ids
 
 
@@ -81,11 +95,12 @@ def warm_start(model, tokenizer, spec: TinySpec) -> None:
     rows = warm_start_rows(spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warm_start_lr, weight_decay=0.0)
     # The learning rate decays to ~0, so the last steps only settle the fit instead of moving it.
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.warm_start_lr, total_steps=max(spec.warm_start_steps, 1),
-                                                   pct_start=0.05)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=spec.warm_start_lr, total_steps=max(spec.warm_start_steps, 1), pct_start=0.05
+    )
     model.train()
     for step in range(spec.warm_start_steps):
-        chunk = rows[step * spec.warm_start_batch:(step + 1) * spec.warm_start_batch]
+        chunk = rows[step * spec.warm_start_batch : (step + 1) * spec.warm_start_batch]
         seqs, labels = [], []
         for row in chunk:
             prompt = encode_chat(tokenizer, row["prompt"])
@@ -111,8 +126,14 @@ def greedy_accuracy(model, tokenizer, rows) -> tuple[float, float]:
     prompts = [encode_chat(tokenizer, row["prompt"]) for row in rows]
     width = max(map(len, prompts))
     ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
-    out = model.generate(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), max_new_tokens=6, do_sample=False,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=(ids != tokenizer.pad_token_id).long(),
+        max_new_tokens=6,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     answers = [parse_answer(t) for t in tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)]
     right = sum(a == row["ground_truth"] for a, row in zip(answers, rows))
     return right / len(rows), sum(a is not None for a in answers) / len(rows)

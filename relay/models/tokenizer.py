@@ -6,6 +6,7 @@ model_type is qwen2 as Qwen2Tokenizer, which rebuilds a byte-level pipeline; a c
 vocabulary silently lost newlines there. This one tokenizes identically under either class (a
 test checks), and so under vLLM too.
 """
+
 from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -21,7 +22,7 @@ CHAT_TEMPLATE = (
     "<|im_start|>system\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}You can call tools.{% endif %}"
     "\n\n# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>"
-    "\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>.<|im_end|>\n"
+    '\nCall a tool with <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>\n'
     "{% elif messages[0].role == 'system' %}"
     "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
     "{% endif %}"
@@ -40,6 +41,10 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     core.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=IM_END, chat_template=CHAT_TEMPLATE,
-        model_max_length=1024, clean_up_tokenization_spaces=False,
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=IM_END,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1024,
+        clean_up_tokenization_spaces=False,
     )

@@ -8,6 +8,7 @@ tokens only. The examples mix good and bad play, so RL starts from a model that 
 format and is often wrong. The built-in tasks' results are shipped (relay/models/shipped/);
 `python -m relay.models.build --env my_pkg.envs:MyEnv --out DIR` makes one for a user's task.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,7 +37,7 @@ def warm_start(base: Path, env_cls, steps: int | None = None, batch: int = 32, l
     pad = tokenizer.pad_token_id
     model.train()
     for step in range(steps):
-        chunk = examples[step * batch:(step + 1) * batch]
+        chunk = examples[step * batch : (step + 1) * batch]
         seqs = [p + r for p, r, _ in chunk]
         labels = [[-100] * len(p) + [t if m else -100 for t, m in zip(r, mask)] for p, r, mask in chunk]
         width = max(map(len, seqs))

@@ -3,6 +3,7 @@
 `ToolCall` (a call the model wrote), `ParseResult` (the calls and the errors found in one turn)
 and the `ToolParser` protocol; the parsers themselves are in relay/tools/parsers.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,20 +64,20 @@ def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
     string (some models emit OpenAI's wire format, where arguments is a string).
     """
     if not isinstance(obj, dict):
-        return f"{where}: expected a JSON object with \"name\" and \"arguments\", got {type(obj).__name__}"
+        return f'{where}: expected a JSON object with "name" and "arguments", got {type(obj).__name__}'
     name = obj.get("name")
     if not isinstance(name, str) or not name:
-        return f"{where}: missing \"name\" (a non-empty string) in {_short(raw)}"
+        return f'{where}: missing "name" (a non-empty string) in {_short(raw)}'
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
             args = _LENIENT.decode(args) if args.strip() else {}
         except json.JSONDecodeError as e:
-            return f"{where}: \"arguments\" of {name!r} is a string that is not valid JSON ({e.msg})"
+            return f'{where}: "arguments" of {name!r} is a string that is not valid JSON ({e.msg})'
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return f"{where}: \"arguments\" of {name!r} must be a JSON object, got {type(args).__name__}"
+        return f'{where}: "arguments" of {name!r} must be a JSON object, got {type(args).__name__}'
     return ToolCall(name=name, arguments=args, raw=raw)
 
 

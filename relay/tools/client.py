@@ -13,6 +13,7 @@ a result (whatever the code did) or a 4xx is never retried, and neither is a tim
 waiting for the answer (the code may be running; a retry would run it twice). `timeout` is the
 deadline for the whole call, retries and back-off included.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -125,13 +126,20 @@ class ToolClient:
                 last = str(e)
                 continue
             except TimeoutError:
-                return self._finish(ToolResult(
-                    False, "", f"tool server did not answer within {self.cfg.timeout:g} s"), t0)
+                return self._finish(
+                    ToolResult(False, "", f"tool server did not answer within {self.cfg.timeout:g} s"), t0
+                )
             except (OSError, http.client.HTTPException) as e:  # DNS, unreachable network, protocol errors
                 return self._finish(ToolResult(False, "", f"tool server request failed: {e}"), t0)
             return self._finish(res, t0)
-        return self._finish(ToolResult(False, "", f"tool server unavailable after {attempt + 1} "
-                                                  f"attempt(s) in {time.monotonic() - t0:.1f} s: {last}"), t0)
+        return self._finish(
+            ToolResult(
+                False,
+                "",
+                f"tool server unavailable after {attempt + 1} attempt(s) in {time.monotonic() - t0:.1f} s: {last}",
+            ),
+            t0,
+        )
 
     def _finish(self, res: ToolResult, t0: float) -> ToolResult:
         res.output = truncate(res.output, self.cfg.sandbox_limits.max_output_bytes)
@@ -142,8 +150,9 @@ class ToolClient:
         """Run many snippets with up to max_workers requests in flight; results in input order."""
         if not codes:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.cfg.max_workers, len(codes)),
-                                thread_name_prefix="relay-tool-client") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.cfg.max_workers, len(codes)), thread_name_prefix="relay-tool-client"
+        ) as pool:
             return list(pool.map(self.execute, codes))
 
     def health(self) -> dict | None:

@@ -15,6 +15,7 @@ Formats (each documented on its class):
 Malformed calls never raise: each becomes a line in `errors`, written for the model to read and
 fix on its next turn. Text that is not a call at all is ignored (no calls, no errors).
 """
+
 from __future__ import annotations
 
 import ast
@@ -62,7 +63,7 @@ class TagParser:
                 pos = nested
                 continue
             code = _strip_fence(text[body_start:end])
-            raw = text[start:end + len(self.close_tag)]
+            raw = text[start : end + len(self.close_tag)]
             if not code.strip():
                 res.errors.append(f"empty {self.open_tag}{self.close_tag}: put Python code between the tags")
             else:
@@ -98,7 +99,7 @@ class HermesParser:
                 res.errors.append(f"{where}: unclosed {self.open_tag}; end it with {self.close_tag}")
                 break
             payload = _strip_fence(text[body_start:end]).strip()
-            raw = text[start:end + len(self.close_tag)]
+            raw = text[start : end + len(self.close_tag)]
             pos = end + len(self.close_tag)
             try:
                 obj = _LENIENT.decode(payload)
@@ -152,7 +153,7 @@ class JsonParser:
                 in_bad_fence = any(a <= i < b for a, b in bad_fences)
                 if self._call_start.match(text, i) and not in_bad_fence:
                     # It starts like a call ({"name": ...) but does not parse: tell the model.
-                    res.errors.append(_json_error("tool call", text[i:i + 200], e))
+                    res.errors.append(_json_error("tool call", text[i : i + 200], e))
                     i = self._skip_object(text, i)
                 else:
                     i += 1
@@ -164,7 +165,7 @@ class JsonParser:
                     call = _call_from_obj(item, raw, f"tool call {len(res.calls) + len(res.errors) + 1}")
                     (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
                 elif isinstance(item, dict) and "arguments" in item:
-                    res.errors.append(f"tool call: missing \"name\" in {_short(raw)}")
+                    res.errors.append(f'tool call: missing "name" in {_short(raw)}')
             i = end
         return res
 
@@ -223,16 +224,16 @@ class ReActParser:
             inp = self._input.search(text, m.end())
             next_action = self._action.search(text, m.end())
             if not name:
-                res.errors.append(f"{where}: empty tool name after \"Action:\"")
+                res.errors.append(f'{where}: empty tool name after "Action:"')
                 continue
             if inp is None or (next_action is not None and inp.start() > next_action.start()):
-                res.errors.append(f"{where}: \"Action: {name}\" needs an \"Action Input:\" line after it")
+                res.errors.append(f'{where}: "Action: {name}" needs an "Action Input:" line after it')
                 continue
             body_start = inp.end()
             stop = self._section_end.search(text, body_start)
             body_end = stop.start() if stop else len(text)
             body = text[body_start:body_end].strip()
-            raw = text[m.start():body_end].rstrip()
+            raw = text[m.start() : body_end].rstrip()
             stripped = _strip_fence(body).strip()
             if stripped.startswith("{"):
                 try:
@@ -241,7 +242,9 @@ class ReActParser:
                     res.errors.append(_json_error(f"{where} ({name})", stripped, e))
                     continue
                 if stripped[end:].strip():
-                    res.errors.append(f"{where} ({name}): unexpected text after the JSON arguments: {_short(stripped[end:])}")
+                    res.errors.append(
+                        f"{where} ({name}): unexpected text after the JSON arguments: {_short(stripped[end:])}"
+                    )
                     continue
                 if not isinstance(obj, dict):
                     res.errors.append(f"{where} ({name}): Action Input must be a JSON object or plain text")
@@ -284,7 +287,7 @@ class PythonicParser:
             close, attempts = text.find("]", m.end()), 0
             while close != -1 and attempts < 256:
                 attempts += 1
-                src = text[start:close + 1].strip()
+                src = text[start : close + 1].strip()
                 try:
                     tree = ast.parse(src, mode="eval")
                     end = close + 1
@@ -294,8 +297,10 @@ class PythonicParser:
                     close = text.find("]", close + 1)
             if tree is None:
                 msg = getattr(last_error, "msg", None) or str(last_error) if last_error else "no closing ]"
-                res.errors.append(f"function call list at {_short(text[start:], 40)!r} is not valid "
-                                  f"Python call syntax ({msg}); write [name(arg=value, ...)]")
+                res.errors.append(
+                    f"function call list at {_short(text[start:], 40)!r} is not valid "
+                    f"Python call syntax ({msg}); write [name(arg=value, ...)]"
+                )
                 break
             pos = end
             if not isinstance(tree.body, ast.List):
@@ -322,8 +327,10 @@ class PythonicParser:
             try:
                 args[kw.arg] = ast.literal_eval(kw.value)
             except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
-                return (f"{where} ({name}): argument {kw.arg!r} must be a literal value (string, "
-                        f"number, list, dict, True/False/None), got {_short(ast.unparse(kw.value), 40)!r}")
+                return (
+                    f"{where} ({name}): argument {kw.arg!r} must be a literal value (string, "
+                    f"number, list, dict, True/False/None), got {_short(ast.unparse(kw.value), 40)!r}"
+                )
         return ToolCall(name, args, ast.get_source_segment(src, node) or ast.unparse(node))
 
     def format_result(self, call: ToolCall, result_text: str) -> str:

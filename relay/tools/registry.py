@@ -22,6 +22,7 @@ ToolResult(ok=False, error=...) naming the tool and the argument, for the model 
 Registering a function the schema cannot describe (no type hints, *args) is a programming error
 and raises at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,12 @@ class ToolResult:
         output = out + ("\n" if out and err and not out.endswith("\n") else "") + err
         ok = bool(d.get("ok", d.get("exit_code") == 0 and not d.get("timed_out")))
         error = d.get("error") or (None if ok else "the code did not finish successfully")
-        return cls(ok=ok, output=output, error=None if ok else error,
-                   seconds=float(d.get("seconds", 0.0) if seconds is None else seconds))
+        return cls(
+            ok=ok,
+            output=output,
+            error=None if ok else error,
+            seconds=float(d.get("seconds", 0.0) if seconds is None else seconds),
+        )
 
 
 class Tool(Protocol):
@@ -89,6 +94,7 @@ def _to_text(value: Any) -> str:
 
 # ----------------------------------------------------------------------------------- tools
 
+
 class FunctionTool:
     """A typed Python function as a tool. Calling the object calls the function."""
 
@@ -111,8 +117,7 @@ class FunctionTool:
             value = self.fn(**arguments)
         except Exception as e:  # the tool failed on this input: data for the model, logged for us
             log.info("tool %s raised %s: %s", self.name, type(e).__name__, e)
-            return ToolResult(False, "", f"tool {self.name!r} raised {type(e).__name__}: {e}",
-                              time.monotonic() - t0)
+            return ToolResult(False, "", f"tool {self.name!r} raised {type(e).__name__}: {e}", time.monotonic() - t0)
         return ToolResult(True, _to_text(value), None, time.monotonic() - t0)
 
     def __repr__(self) -> str:
@@ -134,8 +139,16 @@ class RemoteHTTPTool:
     `schema` is an OpenAI function schema, or just its "parameters" object.
     """
 
-    def __init__(self, name: str, url: str, schema: dict, timeout: float = 30.0, description: str = "",
-                 headers: Mapping[str, str] | None = None, max_response_bytes: int = 1 << 20):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        schema: dict,
+        timeout: float = 30.0,
+        description: str = "",
+        headers: Mapping[str, str] | None = None,
+        max_response_bytes: int = 1 << 20,
+    ):
         self.name, self.url, self.timeout = name, url, timeout
         self.headers = dict(headers or {})
         self.max_response_bytes = max_response_bytes
@@ -143,8 +156,10 @@ class RemoteHTTPTool:
             self._schema = json.loads(json.dumps(schema))
             self._schema["function"]["name"] = name
         else:
-            self._schema = {"type": "function",
-                            "function": {"name": name, "description": description, "parameters": schema}}
+            self._schema = {
+                "type": "function",
+                "function": {"name": name, "description": description, "parameters": schema},
+            }
 
     def schema(self) -> dict:
         return self._schema
@@ -152,16 +167,23 @@ class RemoteHTTPTool:
     def invoke(self, arguments: dict[str, Any]) -> ToolResult:
         t0 = time.monotonic()
         req = urllib.request.Request(
-            self.url, data=json.dumps(arguments).encode(), method="POST",
-            headers={"Content-Type": "application/json", **self.headers})
+            self.url,
+            data=json.dumps(arguments).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", **self.headers},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 body = resp.read(self.max_response_bytes + 1)
                 ctype = resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
             detail = e.read(500).decode("utf-8", "replace").strip()
-            return ToolResult(False, "", f"tool {self.name!r}: HTTP {e.code} {e.reason}"
-                              + (f": {detail}" if detail else ""), time.monotonic() - t0)
+            return ToolResult(
+                False,
+                "",
+                f"tool {self.name!r}: HTTP {e.code} {e.reason}" + (f": {detail}" if detail else ""),
+                time.monotonic() - t0,
+            )
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             return ToolResult(False, "", f"tool {self.name!r}: request failed: {reason}", time.monotonic() - t0)
@@ -175,8 +197,12 @@ class RemoteHTTPTool:
                 data = None
             if isinstance(data, dict) and ("output" in data or "error" in data):
                 err = data.get("error")
-                return ToolResult(not err and data.get("ok", True) is not False,
-                                  _to_text(data.get("output")), _to_text(err) or None, seconds)
+                return ToolResult(
+                    not err and data.get("ok", True) is not False,
+                    _to_text(data.get("output")),
+                    _to_text(err) or None,
+                    seconds,
+                )
         if truncated:
             text += "\n...[truncated]"
         return ToolResult(True, text, None, seconds)
@@ -187,7 +213,8 @@ class RemoteHTTPTool:
 
 PYTHON_TOOL_DESCRIPTION = (
     "Run a Python 3 program in an isolated sandbox and return what it prints (stdout, then stderr). "
-    "No network, no third-party packages, limited time and memory; print the values you need.")
+    "No network, no third-party packages, limited time and memory; print the values you need."
+)
 
 
 class PythonTool:
@@ -200,19 +227,28 @@ class PythonTool:
 
     name = "python"
 
-    def __init__(self, execute: Callable[[str], ToolResult], name: str = "python",
-                 description: str = PYTHON_TOOL_DESCRIPTION):
+    def __init__(
+        self, execute: Callable[[str], ToolResult], name: str = "python", description: str = PYTHON_TOOL_DESCRIPTION
+    ):
         self.execute, self.name = execute, name
-        self._schema = {"type": "function", "function": {
-            "name": name, "description": description,
-            "parameters": {"type": "object", "properties": {
-                "code": {"type": "string", "description": "The Python program to run."}},
-                "required": ["code"]}}}
+        self._schema = {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+                    "required": ["code"],
+                },
+            },
+        }
 
     @classmethod
     def sandboxed(cls, cfg=None, mode: str = "bwrap", **kwargs) -> PythonTool:
         """Runs code in this process's sandbox (relay.tools.sandbox); refuses where it cannot be built."""
         from relay.tools.sandbox import make_runner
+
         run = make_runner(mode, cfg)
         return cls(lambda code: ToolResult.from_execution(run(code).to_json()), **kwargs)
 
@@ -239,8 +275,14 @@ class ToolRegistry:
         for t in tools:
             self.register(t)
 
-    def register(self, fn_or_tool: Tool | Callable, *, name: str | None = None,
-                 description: str | None = None, replace: bool = False):
+    def register(
+        self,
+        fn_or_tool: Tool | Callable,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        replace: bool = False,
+    ):
         """Add a tool (a FunctionTool, RemoteHTTPTool, PythonTool) or a typed function; returns it,
         so it also works as a decorator."""
         if hasattr(fn_or_tool, "invoke") and hasattr(fn_or_tool, "schema"):
@@ -260,10 +302,12 @@ class ToolRegistry:
 
     def tool(self, fn: Callable | None = None, *, name: str | None = None, description: str | None = None):
         """Decorator: register a typed function (returns it wrapped as a FunctionTool)."""
+
         def deco(f: Callable) -> FunctionTool:
             t = FunctionTool(f, name, description)
             self.register(t)
             return t
+
         return deco if fn is None else deco(fn)
 
     def schemas(self) -> list[dict]:
@@ -297,5 +341,4 @@ class ToolRegistry:
             return t.invoke(call.arguments)
         except Exception as e:  # a tool object broke its never-raise contract: keep the rollout alive
             log.exception("tool %s raised", call.name)
-            return ToolResult(False, "", f"tool {call.name!r} failed: {type(e).__name__}: {e}",
-                              time.monotonic() - t0)
+            return ToolResult(False, "", f"tool {call.name!r} failed: {type(e).__name__}: {e}", time.monotonic() - t0)

@@ -11,6 +11,7 @@ array with items / prefixItems, object with properties / additionalProperties, e
 Validation takes a schema dict, not a Python type, because remote HTTP tools arrive with a JSON
 schema only. A type the schema cannot describe raises TypeError at registration.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,8 +43,12 @@ def type_schema(tp: Any) -> dict:
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return {"type": "array", "items": type_schema(args[0])}
-        return {"type": "array", "prefixItems": [type_schema(a) for a in args],
-                "minItems": len(args), "maxItems": len(args)}
+        return {
+            "type": "array",
+            "prefixItems": [type_schema(a) for a in args],
+            "minItems": len(args),
+            "maxItems": len(args),
+        }
     if tp is dict or origin is dict:
         if args and args[0] is not str:
             raise TypeError(f"dict keys must be str in a tool signature (JSON objects), got {tp!r}")
@@ -65,8 +70,9 @@ def type_schema(tp: Any) -> dict:
                 out["enum"] = out["enum"] + [None]
             return out
         return {"anyOf": (inner["anyOf"] if "anyOf" in inner else [inner]) + [{"type": "null"}]}
-    raise TypeError(f"cannot describe {tp!r} in a tool schema; use int, float, str, bool, list, dict, "
-                    "Optional, Union or Literal")
+    raise TypeError(
+        f"cannot describe {tp!r} in a tool schema; use int, float, str, bool, list, dict, Optional, Union or Literal"
+    )
 
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
@@ -130,8 +136,10 @@ def function_schema(fn: Callable, name: str | None = None, description: str | No
     params: dict[str, Any] = {"type": "object", "properties": props}
     if required:
         params["required"] = required
-    return {"type": "function",
-            "function": {"name": name, "description": description or doc_desc, "parameters": params}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description or doc_desc, "parameters": params},
+    }
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -148,8 +156,15 @@ _JSON_TYPES = {
 
 
 def _describe_value(v: Any) -> str:
-    kind = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array",
-            dict: "object", type(None): "null"}.get(type(v), type(v).__name__)
+    kind = {
+        str: "string",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
     text = json.dumps(v, ensure_ascii=False, default=str)
     return f"{kind} {text if len(text) <= 40 else text[:37] + '...'}"
 
@@ -206,11 +221,14 @@ def validate_arguments(tool_name: str, arguments: Any, parameters: dict) -> str 
     missing = [k for k in parameters.get("required", []) if k not in arguments]
     if missing:
         return f"tool {tool_name!r}: missing required argument {missing[0]!r}" + (
-            f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else "")
+            f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else ""
+        )
     extra = [k for k in arguments if k not in props]
     if extra and parameters.get("additionalProperties") is not True:
-        return (f"tool {tool_name!r}: unexpected argument {extra[0]!r}; "
-                f"it takes {', '.join(map(repr, props)) or 'no arguments'}")
+        return (
+            f"tool {tool_name!r}: unexpected argument {extra[0]!r}; "
+            f"it takes {', '.join(map(repr, props)) or 'no arguments'}"
+        )
     for key, value in arguments.items():
         if key in props and (err := validate(value, props[key], f"argument {key!r}")):
             return f"tool {tool_name!r}: {err}"

@@ -18,6 +18,7 @@ close the connection (HTTP/1.0), so stopping the server never waits on idle keep
 Binds 127.0.0.1 by default. There is no authentication: expose it beyond loopback only inside a
 private cluster network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, status: int, message: str) -> None:
-        self._reply(status, {"ok": False, "stdout": "", "stderr": "", "exit_code": None,
-                             "timed_out": False, "truncated": False, "error": message})
+        self._reply(
+            status,
+            {
+                "ok": False,
+                "stdout": "",
+                "stderr": "",
+                "exit_code": None,
+                "timed_out": False,
+                "truncated": False,
+                "error": message,
+            },
+        )
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/health", ""):
@@ -139,8 +150,9 @@ class _HTTPServer(ThreadingHTTPServer):
 class ToolServer:
     """The server object: `start()` serves in a background thread, `serve_forever()` in this one."""
 
-    def __init__(self, cfg: ToolServerConfig = ToolServerConfig(),
-                 runner: Callable[[str], SandboxResult] | None = None):
+    def __init__(
+        self, cfg: ToolServerConfig = ToolServerConfig(), runner: Callable[[str], SandboxResult] | None = None
+    ):
         problems = validate_tool_server(cfg)
         if problems:
             raise ConfigError(problems)
@@ -170,18 +182,35 @@ class ToolServer:
     def health(self) -> dict:
         with self._lock:
             limits = self.cfg.sandbox_limits
-            return {"ok": True, "sandbox": self.cfg.sandbox, "slots": self.slots, "running": self._running,
-                    "waiting": self._waiting, "served": self._served,
-                    "limits": {"wall_timeout_s": limits.wall_timeout_s, "cpu_seconds": limits.cpu_seconds,
-                               "memory_mb": limits.memory_mb, "max_pids": limits.max_pids,
-                               "max_output_bytes": limits.max_output_bytes}}
+            return {
+                "ok": True,
+                "sandbox": self.cfg.sandbox,
+                "slots": self.slots,
+                "running": self._running,
+                "waiting": self._waiting,
+                "served": self._served,
+                "limits": {
+                    "wall_timeout_s": limits.wall_timeout_s,
+                    "cpu_seconds": limits.cpu_seconds,
+                    "memory_mb": limits.memory_mb,
+                    "max_pids": limits.max_pids,
+                    "max_output_bytes": limits.max_output_bytes,
+                },
+            }
 
     def execute(self, code: str) -> tuple[int, dict]:
         """(HTTP status, body): wait for a slot, run the code in the sandbox."""
         with self._lock:
             if self._waiting >= self.cfg.max_waiting:
-                return 503, {"ok": False, "stdout": "", "stderr": "", "exit_code": None, "timed_out": False,
-                             "truncated": False, "error": "tool server busy: too many waiting requests"}
+                return 503, {
+                    "ok": False,
+                    "stdout": "",
+                    "stderr": "",
+                    "exit_code": None,
+                    "timed_out": False,
+                    "truncated": False,
+                    "error": "tool server busy: too many waiting requests",
+                }
             self._waiting += 1
         with self._slots:
             with self._lock:
@@ -191,8 +220,15 @@ class ToolServer:
                 res = self.runner(code)
             except Exception as e:  # the sandbox machinery broke (not the code): log it, tell the client
                 log.exception("sandbox run failed")
-                return 500, {"ok": False, "stdout": "", "stderr": "", "exit_code": None, "timed_out": False,
-                             "truncated": False, "error": f"sandbox failure: {type(e).__name__}: {e}"}
+                return 500, {
+                    "ok": False,
+                    "stdout": "",
+                    "stderr": "",
+                    "exit_code": None,
+                    "timed_out": False,
+                    "truncated": False,
+                    "error": f"sandbox failure: {type(e).__name__}: {e}",
+                }
             finally:
                 with self._lock:
                     self._running -= 1
@@ -200,8 +236,9 @@ class ToolServer:
         return 200, res.to_json()
 
     def start(self) -> ToolServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="relay-tool-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="relay-tool-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -226,8 +263,17 @@ class ToolServer:
         self.stop()
 
 
-_LIMIT_FLAGS = ("wall_timeout_s", "cpu_seconds", "memory_mb", "max_pids", "max_output_bytes", "tmpfs_mb",
-                "max_open_files", "file_size_mb", "cpu_cores")
+_LIMIT_FLAGS = (
+    "wall_timeout_s",
+    "cpu_seconds",
+    "memory_mb",
+    "max_pids",
+    "max_output_bytes",
+    "tmpfs_mb",
+    "max_open_files",
+    "file_size_mb",
+    "cpu_cores",
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -235,9 +281,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m relay.tools.server", description=__doc__.split("\n")[0])
     p.add_argument("--host", default=d.host, help="bind address (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, default=d.port, help="0 picks a free port (printed on start)")
-    p.add_argument("--sandbox", choices=get_args(SandboxMode), default=d.sandbox,
-                   help="none runs code UNSANDBOXED (unsafe explicit opt-out)")
-    p.add_argument("--max-concurrency", type=int, default=d.max_concurrency, help="sandboxes at once (0: two per CPU core)")
+    p.add_argument(
+        "--sandbox",
+        choices=get_args(SandboxMode),
+        default=d.sandbox,
+        help="none runs code UNSANDBOXED (unsafe explicit opt-out)",
+    )
+    p.add_argument(
+        "--max-concurrency", type=int, default=d.max_concurrency, help="sandboxes at once (0: two per CPU core)"
+    )
     p.add_argument("--max-waiting", type=int, default=d.max_waiting)
     # The sandbox_limits, one flag each (--memory-mb is sandbox_limits.memory_mb).
     for name in _LIMIT_FLAGS:
@@ -248,8 +300,14 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sandbox_limits = SandboxConfig(**{k: getattr(a, k) for k in (*_LIMIT_FLAGS, "python")})
-    cfg = ToolServerConfig(host=a.host, port=a.port, sandbox=a.sandbox, sandbox_limits=sandbox_limits,
-                           max_concurrency=a.max_concurrency, max_waiting=a.max_waiting)
+    cfg = ToolServerConfig(
+        host=a.host,
+        port=a.port,
+        sandbox=a.sandbox,
+        sandbox_limits=sandbox_limits,
+        max_concurrency=a.max_concurrency,
+        max_waiting=a.max_waiting,
+    )
     try:
         server = ToolServer(cfg)
     except Exception as e:  # SandboxUnavailable / bad settings: what is wrong, non-zero exit
@@ -257,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     # The first stdout line is machine-readable: tests and launchers read the port from it.
     print(f"relay tool server listening on {server.url} (sandbox={cfg.sandbox}, slots={server.slots})", flush=True)
+
     def _interrupt(signum, frame):
         raise KeyboardInterrupt
 

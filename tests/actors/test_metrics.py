@@ -4,6 +4,7 @@ read), and two real training steps give every one of them a value.
 Ray exports custom metrics about 10 s after they are recorded (its report interval), so the
 read-back polls, bounded by a deadline; no assertion is about time.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -24,10 +25,20 @@ from tests.prometheus import export_port, scrape
 REPO = Path(__file__).resolve().parents[2]
 
 STEP = {
-    "reward/mean": 0.625, "kl/mean": 0.0125, "actor/pg_loss": -0.25, "rollout/tokens_per_s": 1500.0,
-    "rollout/tokens_per_s/0": 800.0, "rollout/tokens_per_s/1": 700.0, "time/step_s": 0.3,
-    "time/sync_s": 0.02, "weights/version": 7, "weights/staleness": 1, "tools/calls": 12, "time/rollout_s": 4.0,
-    "tools/errors": 3, "reward/std": float("nan"),
+    "reward/mean": 0.625,
+    "kl/mean": 0.0125,
+    "actor/pg_loss": -0.25,
+    "rollout/tokens_per_s": 1500.0,
+    "rollout/tokens_per_s/0": 800.0,
+    "rollout/tokens_per_s/1": 700.0,
+    "time/step_s": 0.3,
+    "time/sync_s": 0.02,
+    "weights/version": 7,
+    "weights/staleness": 1,
+    "tools/calls": 12,
+    "time/rollout_s": 4.0,
+    "tools/errors": 3,
+    "reward/std": float("nan"),
 }
 
 
@@ -66,9 +77,23 @@ def test_step_metrics_reach_the_prometheus_export(ray_session):
     relay_metrics.publish("metrics-test", STEP)
     relay_metrics.publish("other-run", {"reward/mean": 0.1})  # a second run on the same cluster
     p = "ray_relay_"
-    want = {p + n for n in ("reward_mean", "kl_mean", "policy_loss", "rollout_tokens_per_s", "step_seconds_count",
-                            "weight_sync_seconds_count", "step_seconds_last", "staleness",
-                            "tool_calls_per_s", "tool_errors_total", "weights_version", "steps_total")}
+    want = {
+        p + n
+        for n in (
+            "reward_mean",
+            "kl_mean",
+            "policy_loss",
+            "rollout_tokens_per_s",
+            "step_seconds_count",
+            "weight_sync_seconds_count",
+            "step_seconds_last",
+            "staleness",
+            "tool_calls_per_s",
+            "tool_errors_total",
+            "weights_version",
+            "steps_total",
+        )
+    }
     samples = wait_for(port, want, "metrics-test")
     got = {(name, labels.get("worker")): value for name, labels, value in samples}
     assert want <= {name for name, _ in got}, f"missing: {want - {name for name, _ in got}}"
@@ -114,10 +139,20 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
 
     monkeypatch.setattr(relay_metrics, "readings", recording_readings)
     monkeypatch.setattr(driver, "rollout", recording_rollout)
-    cfg = load_config(REPO / "configs/math_tool.yaml", [
-        f"run.output_dir={tmp_path}", "run.name=metrics-e2e", "training.steps=2", "training.prompts_per_step=2",
-        "rollout.n=2", "task.num_eval_rows=2", "algorithm.kl_coef=0.001", "checkpoint.save_hf_model=false",
-        "logging.console=false"])
+    cfg = load_config(
+        REPO / "configs/math_tool.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=metrics-e2e",
+            "training.steps=2",
+            "training.prompts_per_step=2",
+            "rollout.n=2",
+            "task.num_eval_rows=2",
+            "algorithm.kl_coef=0.001",
+            "checkpoint.save_hf_model=false",
+            "logging.console=false",
+        ],
+    )
     reported = []
     driver.train(cfg, report=lambda step, metrics: reported.append(metrics))
 

@@ -8,6 +8,7 @@ the head's Prometheus export. Where each actor ran is read from the GCS actor ta
 so it can be read after train() has killed them); the dashboard's state API is not used here
 because this cluster runs without a dashboard (it is tested in tests/e2e/test_ray_job.py).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -24,14 +25,20 @@ from tests.prometheus import scrape
 
 def test_bundle_carries_the_node_label():
     assert _bundle(RoleResources(cpus=1, gpus=1, node_resource="learner_node")) == {
-        "CPU": 1, "GPU": 1, "learner_node": NODE_RESOURCE_SHARE}
+        "CPU": 1,
+        "GPU": 1,
+        "learner_node": NODE_RESOURCE_SHARE,
+    }
     assert _bundle(RoleResources(cpus=0.5)) == {"CPU": 0.5}
 
 
 def test_node_resource_must_be_a_custom_resource():
     with pytest.raises(ConfigError, match="resources.rollout.node_resource"):
         load_config(None, ["resources.rollout.node_resource=GPU"])
-    assert load_config(None, ["resources.rollout.node_resource=rollout_node"]).resources.rollout.node_resource == "rollout_node"
+    assert (
+        load_config(None, ["resources.rollout.node_resource=rollout_node"]).resources.rollout.node_resource
+        == "rollout_node"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +50,21 @@ def cluster():
         # Cluster writes its address to /tmp/ray/ray_current_cluster, where any plain
         # ray.init() on this machine (another test run, another user) would then connect to it.
         mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
-        c = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 2, "num_gpus": 1, "resources": {"learner_node": 1}, "include_dashboard": False,
-            "temp_dir": temp_dir, "dashboard_agent_listen_port": None})
-        nodes = {"learner": c.head_node, "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir)}
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 2,
+                "num_gpus": 1,
+                "resources": {"learner_node": 1},
+                "include_dashboard": False,
+                "temp_dir": temp_dir,
+                "dashboard_agent_listen_port": None,
+            },
+        )
+        nodes = {
+            "learner": c.head_node,
+            "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir),
+        }
     try:
         c.wait_for_nodes()
         ray.init(address=c.address, namespace="relay")
@@ -67,12 +85,22 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
     import driver
 
     _, node_ids = cluster
-    cfg = load_config("configs/default.yaml", [
-        "training.steps=2", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8",
-        "checkpoint.save_hf_model=false", "logging.console=false", f"run.output_dir={tmp_path}", "run.name=multinode",
-        "resources.learner.node_resource=learner_node", "resources.learner.gpus=1",
-        "resources.rollout.node_resource=rollout_node",
-    ])
+    cfg = load_config(
+        "configs/default.yaml",
+        [
+            "training.steps=2",
+            "training.prompts_per_step=4",
+            "rollout.n=4",
+            "task.num_eval_rows=8",
+            "checkpoint.save_hf_model=false",
+            "logging.console=false",
+            f"run.output_dir={tmp_path}",
+            "run.name=multinode",
+            "resources.learner.node_resource=learner_node",
+            "resources.learner.gpus=1",
+            "resources.rollout.node_resource=rollout_node",
+        ],
+    )
     summary = driver.train(cfg)
 
     placed = actor_nodes("multinode/")
@@ -105,10 +133,15 @@ def test_broadcast_weight_sync_crosses_nodes(cluster, tiny_model_path):
     from relay.config import Config, ModelConfig, ResourcesConfig
     from tests.actors.test_weight_sync import check_sync
 
-    res = ResourcesConfig(learner=RoleResources(cpus=1, node_resource="learner_node"),
-                          rollout=RoleResources(cpus=1, node_resource="rollout_node"),
-                          env=RoleResources(cpus=0.25), weight_sync="broadcast")
-    address = check_sync(Config(model=ModelConfig(path=tiny_model_path), resources=res), tiny_model_path, "multinode-broadcast")
+    res = ResourcesConfig(
+        learner=RoleResources(cpus=1, node_resource="learner_node"),
+        rollout=RoleResources(cpus=1, node_resource="rollout_node"),
+        env=RoleResources(cpus=0.25),
+        weight_sync="broadcast",
+    )
+    address = check_sync(
+        Config(model=ModelConfig(path=tiny_model_path), resources=res), tiny_model_path, "multinode-broadcast"
+    )
     assert address == ray.util.get_node_ip_address()  # the head's address, where the learner runs
     placed = actor_nodes("multinode-broadcast/")
     assert placed["multinode-broadcast/learner-0"] != placed["multinode-broadcast/rollout-0"]

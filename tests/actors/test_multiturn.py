@@ -2,6 +2,7 @@
 
 Uses the math_tool and textgame warm-started tiny models shipped in the repository.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,9 @@ from relay.tools.parsers import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")
+pytestmark = pytest.mark.skipif(
+    not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,8 +38,10 @@ def local_ray():
 
 
 def math_cfg(*overrides):
-    return load_config(REPO / "configs/math_tool.yaml", ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1",
-                                                  "resources.rollout.cpus=0.5", *overrides])
+    return load_config(
+        REPO / "configs/math_tool.yaml",
+        ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5", *overrides],
+    )
 
 
 def start(cfg, run_name, tools=True):
@@ -44,8 +49,14 @@ def start(cfg, run_name, tools=True):
     executors = create_tool_executors(cfg, run_name, groups) if tools else []
     env = create_group(EnvPool, "env", cfg.resources.env, run_name, lambda i: (cfg,), groups)
     path = resolve_model_path(cfg)
-    [worker] = create_group(RolloutWorker, "rollout", cfg.resources.rollout, run_name,
-                            lambda i: (cfg, path, i, threads(cfg.resources.rollout), env[0], executors), groups)
+    [worker] = create_group(
+        RolloutWorker,
+        "rollout",
+        cfg.resources.rollout,
+        run_name,
+        lambda i: (cfg, path, i, threads(cfg.resources.rollout), env[0], executors),
+        groups,
+    )
     return worker, env[0], executors, groups
 
 
@@ -70,7 +81,7 @@ def check_tool_episodes(samples):
             assert f"<result>\n{a * b}\n</result>" in s.response_text
         first_end = s.turn_spans[0][1]
         if len(s.turn_spans) > 1:  # observation tokens between the turns carry no loss
-            assert set(s.loss_mask[first_end:s.turn_spans[1][0]]) == {0}
+            assert set(s.loss_mask[first_end : s.turn_spans[1][0]]) == {0}
     return called
 
 
@@ -83,7 +94,9 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
         assert len(samples) == 24 and sorted({s.group_id for s in samples}) == list(range(12))
         check_tool_episodes(samples)
         assert metrics["agent/tool_calls"] > 0 and metrics["agent/turns"] > 1
-        assert sum(metrics[f"agent/finish_{r}"] for r in ("stop", "length", "max_turns", "budget", "env_error")) == pytest.approx(1.0)
+        assert sum(
+            metrics[f"agent/finish_{r}"] for r in ("stop", "length", "max_turns", "budget", "env_error")
+        ) == pytest.approx(1.0)
         # the environment scored every answered episode; the EnvPool sums its rewards
         rewards, m = ray.get(env.score.remote(samples))
         assert m["reward/errors"] == 0 and all(r in (0.0, 1.0) for r in rewards)
@@ -93,12 +106,16 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
         greedy, _ = ray.get(worker.rollout.remote(rows[:4], 0, first_group_id=0, greedy=True))
         assert len(greedy) == 4
         # hostile and over-reaching calls come back as data from the real executor
-        results = ray.get(executors[0].run_batch.remote([
-            ToolCall("python", {"code": "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)"}),
-            ToolCall("python", {"code": "print(1)", "timeout": 99999}),
-            ToolCall("python", {"code": "while True: pass"}),
-            ToolCall("nope", {}),
-        ]))
+        results = ray.get(
+            executors[0].run_batch.remote(
+                [
+                    ToolCall("python", {"code": "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)"}),
+                    ToolCall("python", {"code": "print(1)", "timeout": 99999}),
+                    ToolCall("python", {"code": "while True: pass"}),
+                    ToolCall("nope", {}),
+                ]
+            )
+        )
         assert [r.ok for r in results] == [False, False, False, False]
         assert "unexpected argument 'timeout'" in results[1].error
         assert results[2].seconds < 30  # killed by the configured limit (cpu_seconds=2 / wall 5 s)
@@ -132,7 +149,9 @@ def test_unbuildable_sandbox_fails_before_other_actors():
 
 
 def test_textgame_env_episodes_with_per_turn_rewards():
-    cfg = load_config(REPO / "configs/textgame.yaml", ["rollout.n=2", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"])
+    cfg = load_config(
+        REPO / "configs/textgame.yaml", ["rollout.n=2", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"]
+    )
     worker, env, _, groups = start(cfg, "test-mt-game", tools=False)
     try:
         rows = TextGameEnv.make_rows(8, seed=9)

@@ -9,6 +9,7 @@ Every port is a free one picked here (another Ray may hold the defaults), the te
 a short /tmp/rayXXXX (unix socket paths), and teardown kills the head's process group and then
 any process still naming that temp folder (job drivers run in their own sessions).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
-RUN_ARGS = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8", "checkpoint.save_hf_model=false",
-            "run.name=job"]
+RUN_ARGS = [
+    "training.prompts_per_step=4",
+    "rollout.n=4",
+    "task.num_eval_rows=8",
+    "checkpoint.save_hf_model=false",
+    "run.name=job",
+]
 
 
 def free_ports(n: int) -> list[int]:
@@ -81,27 +87,54 @@ def head():
     token_path = Path(temp_dir) / "auth_token"
     token_path.write_text(token)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), RAY_USAGE_STATS_ENABLED="0",
-               RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",  # SIGTERM: stop at once, no drain wait
-               PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",  # the job's `python` is this venv's
-               PYTHONUNBUFFERED="1")
+    env.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(token_path),
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",  # SIGTERM: stop at once, no drain wait
+        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",  # the job's `python` is this venv's
+        PYTHONUNBUFFERED="1",
+    )
     gcs, dashboard, client, agent_http, agent_grpc, metrics, node_manager, object_manager, runtime_env = free_ports(9)
     log = open(Path(temp_dir) / "ray_start.log", "w")
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}", "--num-cpus=3",
-         "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
-         f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--metrics-export-port={metrics}", f"--node-manager-port={node_manager}",
-         f"--object-manager-port={object_manager}", f"--runtime-env-agent-port={runtime_env}",
-         "--min-worker-port=0", "--max-worker-port=0"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=temp_dir)
+        [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=3",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent_http}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--metrics-export-port={metrics}",
+            f"--node-manager-port={node_manager}",
+            f"--object-manager-port={object_manager}",
+            f"--runtime-env-agent-port={runtime_env}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=temp_dir,
+    )
     address = f"http://127.0.0.1:{dashboard}"
     try:
         deadline = time.monotonic() + 120
         while http(f"{address}/api/jobs/", token)[0] != 200:
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start --head did not come up:\n{(Path(temp_dir) / 'ray_start.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"ray start --head did not come up:\n{(Path(temp_dir) / 'ray_start.log').read_text()[-3000:]}"
+                )
             time.sleep(1)
         yield {"address": address, "token": token, "env": env, "temp_dir": temp_dir}
     finally:
@@ -126,9 +159,19 @@ def head():
 
 def submit(head, submission_id: str, driver_args: list[str]) -> str:
     """`ray job submit` (waits and streams the job's logs); returns them once the job SUCCEEDED."""
-    command = [RAY, "job", "submit", f"--address={head['address']}", f"--submission-id={submission_id}",
-               "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}",
-               "--", "python", "driver.py", *driver_args]
+    command = [
+        RAY,
+        "job",
+        "submit",
+        f"--address={head['address']}",
+        f"--submission-id={submission_id}",
+        "--working-dir=.",
+        f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}",
+        "--",
+        "python",
+        "driver.py",
+        *driver_args,
+    ]
     done = subprocess.run(command, cwd=REPO, env=head["env"], capture_output=True, text=True, timeout=500)
     status, info = http(f"{head['address']}/api/jobs/{submission_id}", head["token"])
     assert status == 200 and info["status"] == "SUCCEEDED", f"{info}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
@@ -157,8 +200,11 @@ def test_job_submit_then_resume(head, tmp_path):
     assert steps_logged(run_dir) == [1, 2, 3, 4]
 
     # The dashboard's state API lists the run's named actors (dead now: the job has ended).
-    status, body = http(f"{head['address']}/api/v0/actors?limit=1000&detail=true&filter_keys=name"
-                        f"&filter_predicates=%3D&filter_values=job/learner-0", head["token"])
+    status, body = http(
+        f"{head['address']}/api/v0/actors?limit=1000&detail=true&filter_keys=name"
+        f"&filter_predicates=%3D&filter_values=job/learner-0",
+        head["token"],
+    )
     assert status == 200, body
     learners = body["data"]["result"]["result"]
     assert len(learners) == 2  # one per job

@@ -4,6 +4,7 @@ A short CPU run of configs/math_tool.yaml (the warm-started tiny model is built 
 cached on first use). Checks that the run finished, that tool calls happened in the sandbox,
 that rewards were computed from them, and that the policy learned to call the tool more.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,18 +17,26 @@ import driver
 from relay.config import load_config
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session"),
-              pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("ray_session"),
+    pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 12
 
 
 def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
-    cfg = load_config(REPO / "configs/math_tool.yaml", [
-        f"run.output_dir={tmp_path}", f"training.steps={STEPS}", "task.num_eval_rows=32",
-        "checkpoint.save_hf_model=false",
-    ])
+    cfg = load_config(
+        REPO / "configs/math_tool.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            f"training.steps={STEPS}",
+            "task.num_eval_rows=32",
+            "checkpoint.save_hf_model=false",
+        ],
+    )
     batches = []  # every training batch's samples, as the driver scored them (reward set in place)
     original = driver.rollout
 
@@ -66,7 +75,9 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
     per_step = [statistics.fmean(s.reward for s in batch) for batch in batches]
     calls_first = statistics.fmean(len(s.tool_calls) for batch in batches[:4] for s in batch)
     calls_last = statistics.fmean(len(s.tool_calls) for batch in batches[-4:] for s in batch)
-    print(f"reward {statistics.fmean(per_step[:4]):.3f} -> {statistics.fmean(per_step[-4:]):.3f}; "
-          f"tool calls per episode {calls_first:.2f} -> {calls_last:.2f}; "
-          f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}")
+    print(
+        f"reward {statistics.fmean(per_step[:4]):.3f} -> {statistics.fmean(per_step[-4:]):.3f}; "
+        f"tool calls per episode {calls_first:.2f} -> {calls_last:.2f}; "
+        f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}"
+    )
     assert calls_last > calls_first

@@ -1,4 +1,5 @@
 """End-to-end runs of driver.train on the tiny model through real Ray actors (CPU)."""
+
 import json
 from pathlib import Path
 
@@ -32,7 +33,13 @@ def test_default_training_raises_heldout_accuracy(tmp_path, ray_session):
 
 
 def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session):
-    small = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4", "checkpoint.every=2", "training.steps=4"]
+    small = [
+        "training.prompts_per_step=4",
+        "rollout.n=4",
+        "task.num_eval_rows=4",
+        "checkpoint.every=2",
+        "training.steps=4",
+    ]
     full = run(tmp_path, overrides=[*small, "run.name=full"])
     run(tmp_path, overrides=[*small, "run.name=part", "training.steps=2"])
     resumed = run(tmp_path, overrides=[*small, "run.name=part"], resume=True)
@@ -80,16 +87,35 @@ def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engin
     number, as the object store: every worker got every tensor bit-exactly, every step."""
     if engine == "vllm":
         pytest.importorskip("vllm")
-    small = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8", "training.steps=3",
-             "checkpoint.every=0", "resources.rollout.count=2", f"rollout.engine={engine}"]
+    small = [
+        "training.prompts_per_step=4",
+        "rollout.n=4",
+        "task.num_eval_rows=8",
+        "training.steps=3",
+        "checkpoint.every=0",
+        "resources.rollout.count=2",
+        f"rollout.engine={engine}",
+    ]
     store = run(tmp_path, overrides=[*small, "run.name=store", "resources.weight_sync=object_store"])
     # Engines also sleep after each rollout here (a no-op on CPU: the driver's path is what runs).
-    broadcast = run(tmp_path, overrides=[*small, "run.name=broadcast", "resources.weight_sync=broadcast",
-                                         "rollout.sleep_while_training=true"])
+    broadcast = run(
+        tmp_path,
+        overrides=[
+            *small,
+            "run.name=broadcast",
+            "resources.weight_sync=broadcast",
+            "rollout.sleep_while_training=true",
+        ],
+    )
     a, b = metrics(store["run_dir"]), metrics(broadcast["run_dir"])
     for step in (1, 2, 3):
         for key in ("actor/loss", "actor/grad_norm", "reward/mean", "response/length_mean", "rollout/logprob_diff_max"):
             assert a[step][key] == b[step][key], (step, key, a[step][key], b[step][key])
     assert store["accuracy_after"] == broadcast["accuracy_after"]
-    print(engine, "sync seconds: object store", [a[s]["time/sync_s"] for s in (1, 2, 3)],
-          "broadcast", [b[s]["time/sync_s"] for s in (1, 2, 3)])
+    print(
+        engine,
+        "sync seconds: object store",
+        [a[s]["time/sync_s"] for s in (1, 2, 3)],
+        "broadcast",
+        [b[s]["time/sync_s"] for s in (1, 2, 3)],
+    )

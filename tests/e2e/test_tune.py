@@ -4,6 +4,7 @@ training.lr (2 steps each, tiny batch, CPU) finishes and names the better trial.
 Each trial's actors go into the trial's own placement group (tune.trial_bundles), never
 into placement groups of their own: the test checks that none was made.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,18 +27,34 @@ def test_shipped_sweep_file_is_valid():
     assert sweep.metric == "reward/mean" and sweep.scheduler["type"] == "asha"
     assert set(tune.param_space(sweep)) == set(sweep.search)
     # One bundle for the trial's own process, then one per actor (env, rollout, learner).
-    assert tune.trial_bundles(sweep.base_config) == [{"CPU": tune.TRIAL_DRIVER_CPUS}, {"CPU": 0.25}, {"CPU": 1.0}, {"CPU": 1.0}]
-    with_reference = sweep.trial_config({"algorithm.kl_coef": 0.01, "resources.rollout.count": 2, "training.prompts_per_step": 4})
+    assert tune.trial_bundles(sweep.base_config) == [
+        {"CPU": tune.TRIAL_DRIVER_CPUS},
+        {"CPU": 0.25},
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+    ]
+    with_reference = sweep.trial_config(
+        {"algorithm.kl_coef": 0.01, "resources.rollout.count": 2, "training.prompts_per_step": 4}
+    )
     assert len(tune.trial_bundles(with_reference)) == 6  # + a second rollout worker + the reference
 
 
 def test_sweep_file_problems_are_listed_together(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({
-        "base": {"training": {"steps": 2}},
-        "search": {"training.lrr": {"grid": [1e-4]}, "algorithm.clip_high": {"uniform": [0.3, 0.2]}, "training.lr": {"best": 1}},
-        "mode": "maximize", "scheduler": {"type": "asha", "max_t": 2, "grace_period": 5},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "base": {"training": {"steps": 2}},
+                "search": {
+                    "training.lrr": {"grid": [1e-4]},
+                    "algorithm.clip_high": {"uniform": [0.3, 0.2]},
+                    "training.lr": {"best": 1},
+                },
+                "mode": "maximize",
+                "scheduler": {"type": "asha", "max_t": 2, "grace_period": 5},
+            }
+        )
+    )
     with pytest.raises(ConfigError) as e:
         tune.load_sweep(path)
     text = "\n".join(e.value.problems)
@@ -61,15 +78,26 @@ def ray_session():
 def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")  # what run_sweep sets; kept out of later tests
     sweep_file = tmp_path / "sweep.yaml"
-    sweep_file.write_text(yaml.safe_dump({
-        "base": str(REPO / "configs" / "default.yaml"),
-        "overrides": ["training.steps=2", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=8",
-                      "checkpoint.save_hf_model=false"],
-        "search": {"training.lr": {"grid": [1.0e-5, 3.0e-3]}},
-        "metric": "reward/mean", "mode": "max",
-        "scheduler": {"type": "asha", "max_t": 2, "grace_period": 1},
-        "name": "two-trials", "output_dir": str(tmp_path / "tune"),
-    }))
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "base": str(REPO / "configs" / "default.yaml"),
+                "overrides": [
+                    "training.steps=2",
+                    "training.prompts_per_step=4",
+                    "rollout.n=4",
+                    "task.num_eval_rows=8",
+                    "checkpoint.save_hf_model=false",
+                ],
+                "search": {"training.lr": {"grid": [1.0e-5, 3.0e-3]}},
+                "metric": "reward/mean",
+                "mode": "max",
+                "scheduler": {"type": "asha", "max_t": 2, "grace_period": 1},
+                "name": "two-trials",
+                "output_dir": str(tmp_path / "tune"),
+            }
+        )
+    )
     assert tune.main([str(sweep_file)]) == 0
 
     sweep_dir = tmp_path / "tune" / "two-trials"

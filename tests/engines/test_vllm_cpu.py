@@ -4,6 +4,7 @@ would fail the update test, as would a prefix cache serving KV computed by the o
 logprobs taken after top-p/top-k truncation (each checked by breaking the engine on purpose).
 
 One in-process engine for the whole module (about 3 s to start, eager, 1 GiB KV cache)."""
+
 from __future__ import annotations
 
 import pytest
@@ -76,7 +77,12 @@ def test_n_samples_shapes_and_finish_reasons(engine, prompts, tokenizer):
     reasons = {c.finish_reason for g in groups for c in g}
     assert "stop" in reasons  # the warm-started model answers and ends its turn
     short = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_tokens=1, seed=3))
-    assert all(len(c.token_ids) == 1 and c.finish_reason == "length" for g in short for c in g if c.token_ids[0] != tokenizer.eos_token_id)
+    assert all(
+        len(c.token_ids) == 1 and c.finish_reason == "length"
+        for g in short
+        for c in g
+        if c.token_ids[0] != tokenizer.eos_token_id
+    )
     assert engine.generate([], sampling) == []
 
 
@@ -86,8 +92,10 @@ def test_stop_token_ids_and_stop_strings(engine, prompts, tokenizer):
     i = max(range(len(base)), key=lambda k: len(base[k]))
     assert len(base[i]) >= 3, base
     stop_id = base[i][1]
-    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[0][0]
-    assert out.token_ids == base[i][:base[i].index(stop_id) + 1] and out.finish_reason == "stop"
+    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[
+        0
+    ][0]
+    assert out.token_ids == base[i][: base[i].index(stop_id) + 1] and out.finish_reason == "stop"
     stop_text = tokenizer.decode(base[i][1:2])
     out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop=(stop_text,)))[0][0]
     text = tokenizer.decode(out.token_ids)
@@ -108,11 +116,17 @@ def test_seed_reproducible_and_top_k_one_is_greedy(engine, prompts):
     assert [g[0].token_ids for g in top1] == [g[0].token_ids for g in greedy]
 
 
-@pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.7, 0.9, 5), (1.3, 0.8, -1), (0.0, 1.0, -1)])
+@pytest.mark.parametrize(
+    "temperature,top_p,top_k", [(1.0, 1.0, -1), (0.7, 1.0, -1), (0.7, 0.9, 5), (1.3, 0.8, -1), (0.0, 1.0, -1)]
+)
 def test_logprobs_match_learner(engine, prompts, tokenizer, learner, temperature, top_p, top_k):
     """Unprocessed log_softmax(logits / T), also with top-p/top-k truncation on (T=0: T=1)."""
-    groups = engine.generate(prompts, SamplingParams(n=1 if temperature == 0 else 3, temperature=temperature,
-                                                     top_p=top_p, top_k=top_k, max_tokens=8, seed=1))
+    groups = engine.generate(
+        prompts,
+        SamplingParams(
+            n=1 if temperature == 0 else 3, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=8, seed=1
+        ),
+    )
     diff = max_logprob_diff(learner, prompts, groups, temperature or 1.0, tokenizer.pad_token_id)
     print(f"\nvllm-cpu logprob max |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): {diff:.2e}")
     assert diff < TOL
@@ -161,10 +175,14 @@ def test_weight_update_serves_new_weights(engine, prompts, tokenizer, model_path
     assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before]  # outputs did change
 
     pad = tokenizer.pad_token_id
-    diff_new = max(max_logprob_diff(new_model, prompts, after, 1.0, pad),
-                   max_logprob_diff(new_model, prompts, engine.generate(prompts, sampled), 0.8, pad))
+    diff_new = max(
+        max_logprob_diff(new_model, prompts, after, 1.0, pad),
+        max_logprob_diff(new_model, prompts, engine.generate(prompts, sampled), 0.8, pad),
+    )
     diff_old = max_logprob_diff(old_model, prompts, after, 1.0, pad)
-    print(f"\nvllm-cpu after update: max |diff| vs learner on NEW weights {diff_new:.2e}, vs OLD weights {diff_old:.2e}")
+    print(
+        f"\nvllm-cpu after update: max |diff| vs learner on NEW weights {diff_new:.2e}, vs OLD weights {diff_old:.2e}"
+    )
     assert diff_new < TOL
     assert diff_old > 0.05  # the engine is not serving the old weights
 
@@ -184,4 +202,3 @@ def test_sleep_wake_are_noops_on_cpu(engine, prompts):
     engine.sleep()
     engine.wake()
     assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
-

@@ -5,6 +5,7 @@ tied embeddings, built locally (no network), with a locally built tokenizer whos
 covers all 151936 ids (the tiny character tokenizer plus filler tokens), so any sampled id
 decodes; and the Engine contract checks both engines run.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,15 @@ def build_full_vocab_tokenizer():
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, fuse_unk=False))
     core.add_special_tokens(SPECIAL_TOKENS)
     core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=IM_END, unk_token=None,
-                                   chat_template=CHAT_TEMPLATE, model_max_length=2048, clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=IM_END,
+        unk_token=None,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=2048,
+        clean_up_tokenization_spaces=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +61,18 @@ def qwen05b_path(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen05b-random")
     tokenizer = build_full_vocab_tokenizer()
     config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=1_000_000.0,
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=VOCAB,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         torch_dtype="bfloat16",
     )
     torch.manual_seed(0)
@@ -105,8 +122,10 @@ class Contract:
         greedy = SamplingParams(n=1, temperature=0.0, max_tokens=8)
         base = [g[0].token_ids for g in engine.generate(prompts, greedy)]
         stop_id = base[0][2]
-        out = engine.generate(prompts[:1], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[0][0]
-        assert out.token_ids == base[0][:base[0].index(stop_id) + 1] and out.finish_reason == "stop"
+        out = engine.generate(
+            prompts[:1], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,))
+        )[0][0]
+        assert out.token_ids == base[0][: base[0].index(stop_id) + 1] and out.finish_reason == "stop"
         stop_text = engine.tokenizer.decode(base[0][2:3])
         out = engine.generate(prompts[:1], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop=(stop_text,)))[0][0]
         assert out.finish_reason == "stop" and engine.tokenizer.decode(out.token_ids).endswith(stop_text)

@@ -1,5 +1,6 @@
 """vLLM and SGLang on CUDA, one contract: generation, seeds, logprobs against the learner's, live
 weight updates, sleep/wake, on a 0.5B-shaped random model in bf16 (tests/gpu/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def engine(request, qwen05b_path):
         from relay.engines.sglang import SGLangEngine
 
         # Deterministic inference makes the per-request sampling_seed reproducible.
-        e = SGLangEngine(qwen05b_path, "bfloat16", mem_fraction_static=0.35, context_length=1024,
-                         enable_deterministic_inference=True)
+        e = SGLangEngine(
+            qwen05b_path, "bfloat16", mem_fraction_static=0.35, context_length=1024, enable_deterministic_inference=True
+        )
     e.name = request.param
     yield e
     e.shutdown()
@@ -48,10 +50,18 @@ def test_seeds_reproduce(engine, gpu_prompts, contract):
 
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, -1), (0.7, 0.9, 20), (0.0, 1.0, -1)])
 def test_logprobs_match_learner(engine, gpu_prompts, gpu_learner, contract, temperature, top_p, top_k):
-    groups = engine.generate(gpu_prompts, SamplingParams(n=1 if temperature == 0 else 4, temperature=temperature,
-                                                         top_p=top_p, top_k=top_k, max_tokens=32, seed=1))
-    worst, mean = contract.logprob_diff(gpu_learner, gpu_prompts, groups, temperature or 1.0, engine.tokenizer.pad_token_id)
-    print(f"\n{engine.name} bf16 logprob |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): max {worst:.3e} mean {mean:.3e}")
+    groups = engine.generate(
+        gpu_prompts,
+        SamplingParams(
+            n=1 if temperature == 0 else 4, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=32, seed=1
+        ),
+    )
+    worst, mean = contract.logprob_diff(
+        gpu_learner, gpu_prompts, groups, temperature or 1.0, engine.tokenizer.pad_token_id
+    )
+    print(
+        f"\n{engine.name} bf16 logprob |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): max {worst:.3e} mean {mean:.3e}"
+    )
     assert mean < MEAN_TOL and worst < MAX_TOL
 
 

@@ -4,6 +4,7 @@ and leaves nothing behind.
 The server runs as a subprocess (`python -m relay.tools.server --port 0`) on 127.0.0.1 with a
 secret in its environment, with small limits so the file stays well under 90 s on 2 cores.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,15 +28,18 @@ pytestmark = pytest.mark.skipif(not OK, reason=f"sandbox unavailable here: {WHY}
 
 SECRET_NAME = "RELAY_TEST_SECRET"
 SECRET = "s3cr3t-" + secrets.token_hex(8)
-LIMITS = dict(wall_timeout_s=3, cpu_seconds=2, memory_mb=128, max_pids=16, tmpfs_mb=8, file_size_mb=4,
-              max_output_bytes=64 * 1024)
+LIMITS = dict(
+    wall_timeout_s=3, cpu_seconds=2, memory_mb=128, max_pids=16, tmpfs_mb=8, file_size_mb=4, max_output_bytes=64 * 1024
+)
 SLOTS = 4
 
 
 def _post(url: str, payload: dict, timeout: float = 60) -> dict:
     import urllib.request
-    req = urllib.request.Request(url + "/execute", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+
+    req = urllib.request.Request(
+        url + "/execute", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         assert resp.status == 200
         return json.loads(resp.read())
@@ -43,6 +47,7 @@ def _post(url: str, payload: dict, timeout: float = 60) -> dict:
 
 def _health(url: str) -> dict:
     import urllib.request
+
     with urllib.request.urlopen(url + "/health", timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -101,8 +106,19 @@ def _wait_until(predicate, limit_s: float = 5.0) -> bool:
 def server():
     env = dict(os.environ, **{SECRET_NAME: SECRET})
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    args = [sys.executable, "-m", "relay.tools.server", "--host", "127.0.0.1", "--port", "0",
-            "--max-concurrency", str(SLOTS), "--log-level", "WARNING"]
+    args = [
+        sys.executable,
+        "-m",
+        "relay.tools.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-concurrency",
+        str(SLOTS),
+        "--log-level",
+        "WARNING",
+    ]
     for k, v in LIMITS.items():
         args += ["--" + k.replace("_", "-"), str(v)]
     before = _nobody_pids()
@@ -128,8 +144,9 @@ def nothing_survives(server):
     yield
     # Every sandbox process runs as host uid 65534; none may outlive its run, and every run
     # cgroup is removed before the server answers.
-    assert _wait_until(lambda: not (_nobody_pids() - server["nobody_before"])), \
+    assert _wait_until(lambda: not (_nobody_pids() - server["nobody_before"])), (
         f"sandbox processes survived: {_nobody_pids() - server['nobody_before']}"
+    )
     assert _wait_until(lambda: not _run_cgroups(server["pid"])), _run_cgroups(server["pid"])
     h = _health(server["url"])
     assert h["ok"] and h["running"] == 0 and h["waiting"] == 0
@@ -158,8 +175,7 @@ def test_sleep_forever_hits_wall_clock(server):
 
 
 def test_fork_bomb_is_capped_and_swept(server):
-    code = ("import os\nn = 0\nwhile True:\n    try:\n        os.fork(); n += 1\n"
-            "    except OSError:\n        pass")
+    code = "import os\nn = 0\nwhile True:\n    try:\n        os.fork(); n += 1\n    except OSError:\n        pass"
     r = run(server, code)
     assert r["timed_out"] and not r["ok"]
 
@@ -363,9 +379,16 @@ def test_100mb_of_output_is_truncated_with_bounded_memory(server):
 
 
 def test_tool_call_cannot_raise_limits(server):
-    r = run(server, "import time\ntime.sleep(30)\nprint('overslept')",
-            timeout=99999, wall_timeout_s=99999, cpu_seconds=99999, memory_mb=99999, max_pids=99999,
-            limits={"wall_timeout_s": 99999})
+    r = run(
+        server,
+        "import time\ntime.sleep(30)\nprint('overslept')",
+        timeout=99999,
+        wall_timeout_s=99999,
+        cpu_seconds=99999,
+        memory_mb=99999,
+        max_pids=99999,
+        limits={"wall_timeout_s": 99999},
+    )
     assert r["timed_out"] and "overslept" not in r["stdout"]
     r = run(server, "x = bytearray(512 * 2**20)\nprint('big')", memory_mb=4096)
     assert not r["ok"] and "big" not in r["stdout"]
@@ -413,14 +436,16 @@ def test_tool_executor_runs_calls_in_parallel_and_serves_http(server):
     ex = ToolExecutor(SandboxConfig(**LIMITS), registry=reg, max_workers=4)
     try:
         assert [s["function"]["name"] for s in ex.schemas()] == ["add", "python"]
-        results = ex.run_batch([
-            ToolCall("python", {"code": f"print({i} ** 2)"}) for i in range(6)] + [
-            ToolCall("add", {"a": 2, "b": 3}),
-            ToolCall("python", {"code": "import time; time.sleep(60)"}),
-            ToolCall("python", {"code": "print(1)", "timeout": 99999}),
-            ToolCall("nope", {}),
-        ])
-        assert [r.output for r in results[:6]] == [f"{i ** 2}\n" for i in range(6)]
+        results = ex.run_batch(
+            [ToolCall("python", {"code": f"print({i} ** 2)"}) for i in range(6)]
+            + [
+                ToolCall("add", {"a": 2, "b": 3}),
+                ToolCall("python", {"code": "import time; time.sleep(60)"}),
+                ToolCall("python", {"code": "print(1)", "timeout": 99999}),
+                ToolCall("nope", {}),
+            ]
+        )
+        assert [r.output for r in results[:6]] == [f"{i**2}\n" for i in range(6)]
         assert results[6].ok and results[6].output == "5"
         assert not results[7].ok and "timed out" in results[7].error
         assert not results[8].ok and "unexpected argument 'timeout'" in results[8].error

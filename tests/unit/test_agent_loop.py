@@ -6,6 +6,7 @@ gives the chat template's rendering of the conversation. Checked with a scripted
 templates (the tiny ChatML one and a Qwen2.5-style one with tools and <tool_call>) and with the
 real HFEngine on the tiny model.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,7 +33,7 @@ QWEN_LIKE_TEMPLATE = (
     "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
     "{{- '\\n\\n# Tools\\n\\nYou may call functions. Signatures inside <tools></tools>:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nReturn each call as <tool_call>\\n{\"name\": <name>, \"arguments\": <json>}\\n</tool_call><|im_end|>\\n' }}"
+    '{{- \'\\n</tools>\\n\\nReturn each call as <tool_call>\\n{"name": <name>, "arguments": <json>}\\n</tool_call><|im_end|>\\n\' }}'
     "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
     "{%- endif %}"
@@ -75,16 +76,16 @@ class ScriptedEngine:
         out = []
         for prompt in prompts:
             # this episode's turn: how many distinct earlier prompts its history extends
-            turn = len({tuple(p) for p, _, _ in self.outputs if len(p) < len(prompt) and prompt[:len(p)] == p})
+            turn = len({tuple(p) for p, _, _ in self.outputs if len(p) < len(prompt) and prompt[: len(p)] == p})
             ids = self.tokenizer(self.script(turn, self.tokenizer.decode(prompt)), add_special_tokens=False).input_ids
             reason = "length"
             for i in range(len(ids)):
-                piece = self.tokenizer.decode(ids[:i + 1])
+                piece = self.tokenizer.decode(ids[: i + 1])
                 if ids[i] == self.tokenizer.eos_token_id or any(piece.endswith(s) for s in sampling.stop):
-                    ids, reason = ids[:i + 1], "stop"
+                    ids, reason = ids[: i + 1], "stop"
                     break
             if len(ids) > sampling.max_tokens:
-                ids, reason = ids[:sampling.max_tokens], "length"
+                ids, reason = ids[: sampling.max_tokens], "length"
             logprobs = [-0.01 * (k + 1) for k in range(len(ids))]
             self.outputs.append((list(prompt), ids, logprobs))
             out.append([Completion(ids, logprobs, reason)])
@@ -113,10 +114,13 @@ def check_exact(sample, engine, allow_cut_last=False):
     assert len(sample.response_ids) == len(sample.loss_mask) == len(sample.rollout_logprobs)
     pos = 0
     for k, (start, end) in enumerate(sample.turn_spans):
-        history = full[:len(sample.prompt_ids) + start]
+        history = full[: len(sample.prompt_ids) + start]
         cut = allow_cut_last and k == len(sample.turn_spans) - 1
-        matches = [(ids[:end - start], lps[:end - start]) if cut else (ids, lps)
-                   for p, ids, lps in engine.outputs if p == history]
+        matches = [
+            (ids[: end - start], lps[: end - start]) if cut else (ids, lps)
+            for p, ids, lps in engine.outputs
+            if p == history
+        ]
         assert (sample.response_ids[start:end], sample.rollout_logprobs[start:end]) in matches, f"turn {k}"
         assert sample.loss_mask[pos:start] == [0] * (start - pos) and sample.loss_mask[start:end] == [1] * (end - start)
         assert all(lp == 0.0 for lp in sample.rollout_logprobs[pos:start])
@@ -134,6 +138,7 @@ def decoded(tokenizer, sample):
 
 # ----------------------------------------------------------------------------------- tag (inline results)
 
+
 def test_tag_tool_turns_are_token_exact(tok):
     script = lambda turn, text: ["<tool>print(37*48)</tool> and more", "1776" + EOS][turn]
     engine = ScriptedEngine(tok, script)
@@ -141,21 +146,25 @@ def test_tag_tool_turns_are_token_exact(tok):
     [s] = loop.run([{"prompt": "What is 37*48?", "ground_truth": "1776"}], SamplingParams(seed=0), n=1)
     check_exact(s, engine)
     assert s.finish_reason == "stop" and len(s.turn_spans) == 2
-    assert engine.outputs[0][1] == tok("<tool>print(37*48)</tool>", add_special_tokens=False).input_ids  # cut at the stop string
+    assert (
+        engine.outputs[0][1] == tok("<tool>print(37*48)</tool>", add_special_tokens=False).input_ids
+    )  # cut at the stop string
     # The result continues the model's own message (the seeds' protocol), then the model goes on.
     content = "<tool>print(37*48)</tool>\n<result>\n1776\n</result>\n1776"
     expect = rendered(tok, [{"role": "user", "content": "What is 37*48?"}, {"role": "assistant", "content": content}])
     assert decoded(tok, s) + "\n" == expect
-    obs = s.response_ids[s.turn_spans[0][1]:s.turn_spans[1][0]]
+    obs = s.response_ids[s.turn_spans[0][1] : s.turn_spans[1][0]]
     assert obs == tok("\n<result>\n1776\n</result>\n", add_special_tokens=False).input_ids  # only the delta
-    assert s.tool_calls == [{"name": "python", "arguments": {"code": "print(37*48)"}, "ok": True, "error": None,
-                             "seconds": 0.01, "turn": 1}]
+    assert s.tool_calls == [
+        {"name": "python", "arguments": {"code": "print(37*48)"}, "ok": True, "error": None, "seconds": 0.01, "turn": 1}
+    ]
     assert s.final_text == "1776" and math_tool_reward(s) == 1.0
     assert s.meta["agent"] == {"turns": 2, "tool_calls": 1, "tool_errors": 0, "tool_seconds": 0.01, "env_steps": 0}
     assert s.weight_version == 7 and s.group_id == 0
 
 
 # ----------------------------------------------------------------------------------- hermes (tool turns)
+
 
 def hermes_script(turn, text):
     call = '<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>'
@@ -167,19 +176,27 @@ def test_hermes_tool_turns_match_the_template(tok, qwen_tok, template):
     t = tok if template == "chatml" else qwen_tok
     schemas = [PythonTool(lambda code: ToolResult(True, "")).schema()]
     engine = ScriptedEngine(t, hermes_script)
-    loop = AgentLoop(engine, t, AgentLimits(max_tokens_per_turn=80), parser=get_parser("hermes"),
-                     run_tools=calculator, tool_schemas=schemas)
+    loop = AgentLoop(
+        engine,
+        t,
+        AgentLimits(max_tokens_per_turn=80),
+        parser=get_parser("hermes"),
+        run_tools=calculator,
+        tool_schemas=schemas,
+    )
     [s] = loop.run([{"prompt": "6*7?"}], SamplingParams(seed=0), n=1)
     check_exact(s, engine)
     first = engine.outputs[0][1]
     # stopped at </tool_call>: no EOS from the model, so the closing tokens are observation tokens
     assert t.decode(first).endswith("</tool_call>") and first[-1] != t.eos_token_id
-    obs = t.decode(s.response_ids[s.turn_spans[0][1]:s.turn_spans[1][0]])
+    obs = t.decode(s.response_ids[s.turn_spans[0][1] : s.turn_spans[1][0]])
     assert obs.startswith(EOS + "\n<|im_start|>") and obs.endswith("<|im_start|>assistant\n") and "42" in obs
-    conversation = [{"role": "user", "content": "6*7?"},
-                    {"role": "assistant", "content": t.decode(first)},
-                    {"role": "tool", "content": "42"},
-                    {"role": "assistant", "content": "It is 42."}]
+    conversation = [
+        {"role": "user", "content": "6*7?"},
+        {"role": "assistant", "content": t.decode(first)},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "It is 42."},
+    ]
     expect = rendered(t, conversation, tools=schemas)
     assert decoded(t, s) + "\n" == expect
     if template == "qwen":
@@ -188,16 +205,24 @@ def test_hermes_tool_turns_match_the_template(tok, qwen_tok, template):
 
 def test_turn_ended_with_eos_is_not_closed_twice(tok):
     # json calls have no end marker: the turn ends with EOS, which the delta must not repeat
-    script = lambda turn, text: ['{"name": "python", "arguments": {"code": "print(2+2)"}}' + EOS, "4" + EOS][min(turn, 1)]
+    script = lambda turn, text: ['{"name": "python", "arguments": {"code": "print(2+2)"}}' + EOS, "4" + EOS][
+        min(turn, 1)
+    ]
     engine = ScriptedEngine(tok, script)
     loop = AgentLoop(engine, tok, AgentLimits(max_tokens_per_turn=80), parser=get_parser("json"), run_tools=calculator)
     [s] = loop.run([{"prompt": "2+2?"}], SamplingParams(), n=1)
     check_exact(s, engine)
     text = decoded(tok, s)
     assert text.count(EOS) == 4 and EOS + EOS not in text
-    expect = rendered(tok, [{"role": "user", "content": "2+2?"},
-                            {"role": "assistant", "content": '{"name": "python", "arguments": {"code": "print(2+2)"}}'},
-                            {"role": "tool", "content": "4"}, {"role": "assistant", "content": "4"}])
+    expect = rendered(
+        tok,
+        [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": '{"name": "python", "arguments": {"code": "print(2+2)"}}'},
+            {"role": "tool", "content": "4"},
+            {"role": "assistant", "content": "4"},
+        ],
+    )
     assert text + "\n" == expect
 
 
@@ -211,10 +236,11 @@ def test_observation_delta_is_the_template_suffix(tok, qwen_tok):
         assert after_stop == EOS + after_eos
         base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "x"}]
         full = t.apply_chat_template(base + msgs, tokenize=False, add_generation_prompt=True)
-        assert full == t.apply_chat_template(base, tokenize=False)[:-len(fmt.turn_end)] + after_stop
+        assert full == t.apply_chat_template(base, tokenize=False)[: -len(fmt.turn_end)] + after_stop
 
 
 # ----------------------------------------------------------------------------------- failures are data
+
 
 def test_malformed_call_becomes_an_error_observation(tok):
     seen = []
@@ -225,8 +251,13 @@ def test_malformed_call_becomes_an_error_observation(tok):
 
     engine = ScriptedEngine(tok, script)
     ran = []
-    loop = AgentLoop(engine, tok, AgentLimits(max_tokens_per_turn=80), parser=get_parser("hermes"),
-                     run_tools=lambda calls: ran.extend(calls) or calculator(calls))
+    loop = AgentLoop(
+        engine,
+        tok,
+        AgentLimits(max_tokens_per_turn=80),
+        parser=get_parser("hermes"),
+        run_tools=lambda calls: ran.extend(calls) or calculator(calls),
+    )
     [s] = loop.run([{"prompt": "hi"}], SamplingParams(), n=1)
     assert ran == []  # nothing to run
     assert s.finish_reason == "stop" and len(s.turn_spans) == 2
@@ -239,11 +270,18 @@ def test_malformed_call_becomes_an_error_observation(tok):
 
 def test_tool_call_cannot_raise_its_limits(tok):
     registry = ToolRegistry([PythonTool(lambda code: ToolResult(True, "ran\n"))])
-    script = lambda turn, text: ['<tool_call>{"name": "python", "arguments": {"code": "1", "timeout": 99999}}</tool_call>',
-                                 "ok" + EOS][min(turn, 1)]
+    script = lambda turn, text: [
+        '<tool_call>{"name": "python", "arguments": {"code": "1", "timeout": 99999}}</tool_call>',
+        "ok" + EOS,
+    ][min(turn, 1)]
     engine = ScriptedEngine(tok, script)
-    loop = AgentLoop(engine, tok, AgentLimits(max_tokens_per_turn=120), parser=get_parser("hermes"),
-                     run_tools=lambda calls: [registry.call(c) for c in calls])
+    loop = AgentLoop(
+        engine,
+        tok,
+        AgentLimits(max_tokens_per_turn=120),
+        parser=get_parser("hermes"),
+        run_tools=lambda calls: [registry.call(c) for c in calls],
+    )
     [s] = loop.run([{"prompt": "hi"}], SamplingParams(), n=1)
     assert not s.tool_calls[0]["ok"] and "unexpected argument 'timeout'" in s.tool_calls[0]["error"]
 
@@ -269,8 +307,14 @@ class Flaky:
 
 
 def env_loop(engine, tok, runner, **limits):
-    return AgentLoop(engine, tok, AgentLimits(**{"max_tokens_per_turn": 16, **limits}),
-                     env_reset=runner.reset, env_step=runner.step, env_close=runner.close)
+    return AgentLoop(
+        engine,
+        tok,
+        AgentLimits(**{"max_tokens_per_turn": 16, **limits}),
+        env_reset=runner.reset,
+        env_step=runner.step,
+        env_close=runner.close,
+    )
 
 
 def test_env_exception_is_data_and_the_rollout_goes_on(tok):
@@ -280,7 +324,9 @@ def test_env_exception_is_data_and_the_rollout_goes_on(tok):
     bad, good = samples
     assert bad.finish_reason == "env_error" and "the game server crashed" in bad.meta["env"]["error"]
     assert bad.meta["env"]["rewards"] == [0.25] and episode_return(bad) == 0.25
-    assert good.finish_reason == "stop" and good.meta["env"]["rewards"] == [0.25] * 3 and good.meta["env"]["error"] is None
+    assert (
+        good.finish_reason == "stop" and good.meta["env"]["rewards"] == [0.25] * 3 and good.meta["env"]["error"] is None
+    )
     assert runner.live == {}  # every instance handed back (the broken one dropped)
     assert len(runner.free) == 1
     for s in samples:
@@ -314,6 +360,7 @@ def test_env_reset_failure_is_data(tok):
 
 
 # ----------------------------------------------------------------------------------- limits
+
 
 def test_limits_and_finish_reasons(tok):
     forever = lambda turn, text: "<tool>print(1)</tool>"  # 21 tokens, a call every turn
@@ -381,7 +428,9 @@ def test_many_episodes_one_generate_call_per_turn(tok):
         return "<tool>print(1)</tool>" if turn < k else "done" + EOS
 
     engine = Counting(tok, script)
-    loop = AgentLoop(engine, tok, AgentLimits(max_turns=5, max_tokens_per_turn=30), parser=get_parser("tag"), run_tools=calculator)
+    loop = AgentLoop(
+        engine, tok, AgentLimits(max_turns=5, max_tokens_per_turn=30), parser=get_parser("tag"), run_tools=calculator
+    )
     samples = loop.run([{"prompt": f"k={k}"} for k in (1, 2, 3)], SamplingParams(seed=5), n=2, first_group_id=10)
     assert [c[0] for c in calls] == [6, 6, 4, 2]  # live episodes per turn, one call each
     assert all(c[1] == 1 and c[3] == ("</tool>",) for c in calls)
@@ -396,6 +445,7 @@ def test_many_episodes_one_generate_call_per_turn(tok):
 
 
 # ----------------------------------------------------------------------------------- built-in tasks
+
 
 def test_builtin_trajectories_use_the_loop_layout(tok):
     """Warm-start examples are laid out as the loop lays out episodes (same ids, same mask)."""
@@ -429,6 +479,7 @@ def test_math_tool_env_rewards_exact_answers():
 
 
 # ----------------------------------------------------------------------------------- the real engine
+
 
 @pytest.fixture(scope="module")
 def hf_engine(tiny_model_path):
@@ -476,8 +527,13 @@ def test_real_engine_tokens_trained_are_tokens_sampled(hf_engine, qwen_tok, temp
     try:
         engine = Recording(hf_engine)
         results = lambda calls: [ToolResult(True, "0\n") for _ in calls]
-        loop = AgentLoop(engine, tokenizer, AgentLimits(max_turns=4, max_tool_turns=3, max_tokens_per_turn=6, max_total_tokens=80),
-                         parser=DigitCalls(role), run_tools=results)
+        loop = AgentLoop(
+            engine,
+            tokenizer,
+            AgentLimits(max_turns=4, max_tool_turns=3, max_tokens_per_turn=6, max_total_tokens=80),
+            parser=DigitCalls(role),
+            run_tools=results,
+        )
         # Sums with a 1 and no carry (the tiny model adds these right): turns reach the stop string.
         rows = [{"prompt": f"{a}+{b}"} for a, b in ((10, 1), (20, 11), (51, 60), (41, 30))]
         samples = loop.run(rows, SamplingParams(temperature=1.0, seed=3), n=4)

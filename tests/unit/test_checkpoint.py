@@ -1,4 +1,5 @@
 """relay.checkpoint: atomic save, verified load, pickle-free optimizer state, RNG, HF export."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,10 @@ def test_round_trip_groups_and_state(tmp_path):
 
     assert path == tmp_path / "step_00000007"
     assert sorted(p.name for p in path.iterdir()) == [
-        "manifest.json", "optimizer.safetensors", "policy.safetensors", "state.json",
+        "manifest.json",
+        "optimizer.safetensors",
+        "policy.safetensors",
+        "state.json",
     ]
     loaded_groups, loaded_state = load_checkpoint(path)
     assert loaded_state == state
@@ -202,7 +206,9 @@ def test_optimizer_and_rng_restore_continue_bit_identically(tmp_path):
     train_steps(model, optimizer, 3)
     opt_tensors, opt_skeleton = flatten_optimizer_state(optimizer.state_dict())
     path = save_checkpoint(
-        tmp_path, 3, {"policy": model.state_dict(), "optimizer": opt_tensors},
+        tmp_path,
+        3,
+        {"policy": model.state_dict(), "optimizer": opt_tensors},
         {"step": 3, "optimizer": opt_skeleton, "rng": capture_rng()},
     )
     train_steps(model, optimizer, 2)
@@ -227,8 +233,14 @@ def test_rng_restore_repeats_every_generator():
     rng = json.loads(json.dumps(capture_rng()))
 
     def draw():
-        return (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.randn(),
-                torch.rand(3).tolist(), torch.randint(0, 1000, (4,)).tolist())
+        return (
+            random.random(),
+            random.gauss(0, 1),
+            np.random.rand(3).tolist(),
+            np.random.randn(),
+            torch.rand(3).tolist(),
+            torch.randint(0, 1000, (4,)).tolist(),
+        )
 
     first = draw()
     restore_rng(rng)
@@ -240,8 +252,14 @@ def tiny_qwen():
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64, tie_word_embeddings=True,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
     )
     return Qwen2ForCausalLM(config).eval()
 

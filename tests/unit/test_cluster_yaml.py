@@ -4,6 +4,7 @@ Validation runs the steps `ray up` runs before it touches a cloud (prepare_confi
 provider's defaults and the setup commands; then validate_config against Ray's JSON schema), so
 it needs neither network nor credentials.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,7 +49,7 @@ def ray_start_args(commands: list[str]) -> list[list[str]]:
             words = shlex.split(part)
             for i in range(len(words) - 1):
                 if words[i] == "ray" and words[i + 1] == "start":
-                    found.append(words[i + 2:])
+                    found.append(words[i + 2 :])
     return found
 
 
@@ -70,8 +71,7 @@ def test_passes_ray_cluster_config_validation(prepared):
     head = prepared["available_node_types"][prepared["head_node_type"]]
     assert head["resources"].get("GPU", 0) == 0  # CPU-only head
     workers = [t for n, t in prepared["available_node_types"].items() if n != prepared["head_node_type"]]
-    assert any(t["resources"].get("GPU", 0) > 0 and t["max_workers"] >= t["min_workers"] >= 0
-               for t in workers)
+    assert any(t["resources"].get("GPU", 0) > 0 and t["max_workers"] >= t["min_workers"] >= 0 for t in workers)
 
 
 @pytest.mark.parametrize("section", ["head_start_ray_commands", "worker_start_ray_commands"])
@@ -114,14 +114,12 @@ def test_setup_installs_the_project_with_a_ray_floor(prepared):
 
 def test_commented_gcp_alternative_is_valid_too(raw):
     text = CLUSTER_YAML.read_text()
-    block = re.search(r"^# --- GCP alternative ---\n(.*?)^# --- end GCP alternative ---",
-                      text, re.S | re.M).group(1)
+    block = re.search(r"^# --- GCP alternative ---\n(.*?)^# --- end GCP alternative ---", text, re.S | re.M).group(1)
     # Prose first, then a bare "#" line, then the YAML with "# " in front of each line.
     lines = block.splitlines()
-    body = "\n".join(line[2:] for line in lines[lines.index("#") + 1:])
+    body = "\n".join(line[2:] for line in lines[lines.index("#") + 1 :])
     gcp = yaml.safe_load(body)
-    assert set(gcp) == {"provider", "auth", "available_node_types", "head_node_type",
-                        "head_setup_commands"}
+    assert set(gcp) == {"provider", "auth", "available_node_types", "head_node_type", "head_setup_commands"}
     config = {**copy.deepcopy(raw), **gcp}
     prepared = prepare_config(config)
     validate_config(prepared)

@@ -1,4 +1,5 @@
 """Config: YAML + overrides, every error at once with its key path, shipped configs valid."""
+
 from pathlib import Path
 
 import pytest
@@ -20,21 +21,27 @@ def test_defaults_validate_without_a_file():
 
 
 def test_overrides_are_typed_and_dotted():
-    cfg = load_config(REPO / "configs/default.yaml", ["training.lr=1e-5", "rollout.n=4", "rollout.stop=[\"</tool>\"]", "run.name=x"])
+    cfg = load_config(
+        REPO / "configs/default.yaml", ["training.lr=1e-5", "rollout.n=4", 'rollout.stop=["</tool>"]', "run.name=x"]
+    )
     assert cfg.training.lr == 1e-5 and isinstance(cfg.training.lr, float)
     assert cfg.rollout.n == 4 and cfg.rollout.stop == ("</tool>",) and cfg.run.name == "x"
 
 
 def test_bad_config_lists_every_problem_with_its_key():
     with pytest.raises(ConfigError) as err:
-        load_config(REPO / "configs/default.yaml", [
-            "training.lrr=1",  # unknown key
-            "rollout.temperature=hot",  # wrong type
-            "rollout.top_p=1.5",  # out of range
-            "rollout.engine=vlm",  # not a choice
-            "training.prompts_per_step=15", "resources.rollout.count=2",  # does not divide
-            "checkpoint.keep_last_n=0",
-        ])
+        load_config(
+            REPO / "configs/default.yaml",
+            [
+                "training.lrr=1",  # unknown key
+                "rollout.temperature=hot",  # wrong type
+                "rollout.top_p=1.5",  # out of range
+                "rollout.engine=vlm",  # not a choice
+                "training.prompts_per_step=15",
+                "resources.rollout.count=2",  # does not divide
+                "checkpoint.keep_last_n=0",
+            ],
+        )
     problems = err.value.problems
     text = "\n".join(problems)
     assert "training.lrr: unknown key (did you mean training.lr?)" in text
@@ -58,7 +65,9 @@ def test_unknown_section_and_bad_override_syntax(tmp_path):
 
 def test_missing_files_and_dotted_paths_are_reported(tmp_path):
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["task.name=custom", f"task.train_file={tmp_path}/nope.jsonl", "task.reward_fn=no_such_pkg:fn"])
+        load_config(
+            None, ["task.name=custom", f"task.train_file={tmp_path}/nope.jsonl", "task.reward_fn=no_such_pkg:fn"]
+        )
     text = str(err.value)
     assert "task.train_file: file not found" in text and "task.reward_fn: cannot load 'no_such_pkg:fn'" in text
 
@@ -81,9 +90,17 @@ def test_old_tool_keys_are_unknown_with_the_new_name():
 
 def test_sandbox_limits_and_client_settings_are_checked_with_their_keys():
     with pytest.raises(ConfigError) as err:
-        load_config(REPO / "configs/math_tool.yaml", [
-            "tools.sandbox_limits.memory_mb=0", "tools.sandbox_limits.max_pids=2", "tools.sandbox=docker",
-            "tools.server_url=ftp://x", "tools.timeout=0", "tools.parser=tagg"])
+        load_config(
+            REPO / "configs/math_tool.yaml",
+            [
+                "tools.sandbox_limits.memory_mb=0",
+                "tools.sandbox_limits.max_pids=2",
+                "tools.sandbox=docker",
+                "tools.server_url=ftp://x",
+                "tools.timeout=0",
+                "tools.parser=tagg",
+            ],
+        )
     text = "\n".join(err.value.problems)
     assert "tools.sandbox_limits.memory_mb: must be > 0, got 0" in text
     assert "tools.sandbox_limits.max_pids: must be >= 4" in text
@@ -105,9 +122,13 @@ def test_tool_server_settings_share_the_checks():
     from relay.config import SandboxConfig, ToolServerConfig, validate_tool_server
 
     assert validate_tool_server(ToolServerConfig()) == []
-    assert validate_tool_server(ToolServerConfig(port=-1, sandbox="docker", sandbox_limits=SandboxConfig(wall_timeout_s=0))) == [
-        "sandbox: 'docker' is not one of ['bwrap', 'none']", "port: must be in [0, 65535], got -1",
-        "sandbox_limits.wall_timeout_s: must be > 0, got 0"]
+    assert validate_tool_server(
+        ToolServerConfig(port=-1, sandbox="docker", sandbox_limits=SandboxConfig(wall_timeout_s=0))
+    ) == [
+        "sandbox: 'docker' is not one of ['bwrap', 'none']",
+        "port: must be in [0, 65535], got -1",
+        "sandbox_limits.wall_timeout_s: must be > 0, got 0",
+    ]
 
 
 def test_enabled_loggers_need_their_packages_before_any_actor_starts(monkeypatch):
@@ -116,11 +137,15 @@ def test_enabled_loggers_need_their_packages_before_any_actor_starts(monkeypatch
     monkeypatch.setitem(sys.modules, "wandb", None)  # not importable
     with pytest.raises(ConfigError) as err:
         load_config(REPO / "configs/default.yaml", ["logging.wandb=true"])
-    assert err.value.problems == ["logging.wandb: the `wandb` package is not installed: pip install 'relay[loggers]' (or set logging.wandb=false)"]
+    assert err.value.problems == [
+        "logging.wandb: the `wandb` package is not installed: pip install 'relay[loggers]' (or set logging.wandb=false)"
+    ]
     with pytest.raises(ConfigError) as err:
         load_config(REPO / "configs/default.yaml", ["logging.wandb_mode=cloud", "logging.wandb=true"])
     assert "logging.wandb_mode: 'cloud' is not one of ['online', 'offline', 'disabled', 'shared']" in err.value.problems
-    assert load_config(REPO / "configs/default.yaml", ["logging.wandb_mode=cloud"]).logging.wandb_mode == "cloud"  # unused while wandb is off
+    assert (
+        load_config(REPO / "configs/default.yaml", ["logging.wandb_mode=cloud"]).logging.wandb_mode == "cloud"
+    )  # unused while wandb is off
 
 
 def test_dotted_paths_resolve_once_per_process():
@@ -140,6 +165,8 @@ def test_agent_limits_are_built_from_the_config():
     from relay.agent import AgentLimits
 
     cfg = load_config(REPO / "configs/math_tool.yaml")
-    assert AgentLimits.from_config(cfg) == AgentLimits(max_turns=3, max_tool_turns=2, max_tokens_per_turn=32, max_total_tokens=128)
+    assert AgentLimits.from_config(cfg) == AgentLimits(
+        max_turns=3, max_tool_turns=2, max_tokens_per_turn=32, max_total_tokens=128
+    )
     textgame = load_config(REPO / "configs/textgame.yaml")  # no tools: no tool turns
     assert AgentLimits.from_config(textgame).max_tool_turns == 0

@@ -1,4 +1,5 @@
 """The Critic actor's class, used directly (ray.remote is applied only in actors/pools.py)."""
+
 import torch
 
 from actors.critic import Critic
@@ -7,8 +8,12 @@ from relay.types import Batch, Sample
 
 
 def make_batch():
-    samples = [Sample(prompt_ids=[1, 5, 6], response_ids=[10, 11, 2], loss_mask=[1, 1, 1], rollout_logprobs=[0.0] * 3, reward=1.0),
-               Sample(prompt_ids=[1, 7], response_ids=[12, 2], loss_mask=[1, 1], rollout_logprobs=[0.0] * 2, reward=0.0)]
+    samples = [
+        Sample(
+            prompt_ids=[1, 5, 6], response_ids=[10, 11, 2], loss_mask=[1, 1, 1], rollout_logprobs=[0.0] * 3, reward=1.0
+        ),
+        Sample(prompt_ids=[1, 7], response_ids=[12, 2], loss_mask=[1, 1], rollout_logprobs=[0.0] * 2, reward=0.0),
+    ]
     batch = Batch.from_samples(samples, pad_id=0)
     batch.returns = batch.rewards[:, None] * batch.loss_mask
     return batch
@@ -17,7 +22,9 @@ def make_batch():
 def test_critic_fits_returns_and_round_trips_its_state(tiny_model_path):
     # lr 1e-3: the loss fell to <=1% of its start on three seeds and two models; at 1e-2 AdamW
     # moves the whole transformer too far per step and the loss oscillated (1.46x its start).
-    cfg = load_config(None, ["algorithm.estimator=gae", "critic.enabled=true", "critic.lr=1e-3", "training.micro_batch_size=1"])
+    cfg = load_config(
+        None, ["algorithm.estimator=gae", "critic.enabled=true", "critic.lr=1e-3", "training.micro_batch_size=1"]
+    )
     critic = Critic(cfg, tiny_model_path, num_threads=1)
     batch = make_batch()
     losses = []

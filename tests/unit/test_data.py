@@ -10,11 +10,16 @@ from relay.types import Sample
 
 
 def test_jsonl_and_parquet_rows(tmp_path):
-    rows = [{"prompt": "1+2", "ground_truth": "3"}, {"messages": [{"role": "user", "content": "hi"}], "ground_truth": "x"}]
+    rows = [
+        {"prompt": "1+2", "ground_truth": "3"},
+        {"messages": [{"role": "user", "content": "hi"}], "ground_truth": "x"},
+    ]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     pq.write_table(pa.Table.from_pylist([{"question": "2+2", "answer": "4"}]), tmp_path / "d.parquet")
     assert load_rows(tmp_path / "d.jsonl") == rows
-    assert load_rows(tmp_path / "d.parquet", prompt_key="question", answer_key="answer") == [{"prompt": "2+2", "ground_truth": "4"}]
+    assert load_rows(tmp_path / "d.parquet", prompt_key="question", answer_key="answer") == [
+        {"prompt": "2+2", "ground_truth": "4"}
+    ]
     assert row_messages(rows[0], "sys") == [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+2"}]
 
 

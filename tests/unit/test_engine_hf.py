@@ -1,5 +1,6 @@
 """HFEngine against the Engine contract (the checks tests/engines runs on vLLM), and make_engine's
 branches. Tiny model, a few seconds."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,8 +57,10 @@ def test_stop_token_ids_and_stop_strings(engine, prompts):
     base = [g[0].token_ids for g in engine.generate(prompts, greedy)]
     i = max(range(len(base)), key=lambda k: len(base[k]))
     stop_id = base[i][1]
-    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[0][0]
-    assert out.token_ids == base[i][:base[i].index(stop_id) + 1] and out.finish_reason == "stop"
+    out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,)))[
+        0
+    ][0]
+    assert out.token_ids == base[i][: base[i].index(stop_id) + 1] and out.finish_reason == "stop"
     stop_text = engine.tokenizer.decode(base[i][1:2])
     out = engine.generate([prompts[i]], SamplingParams(n=1, temperature=0.0, max_tokens=8, stop=(stop_text,)))[0][0]
     assert out.finish_reason == "stop" and engine.tokenizer.decode(out.token_ids).endswith(stop_text)
@@ -75,8 +78,12 @@ def test_seed_reproducible_and_top_k_one_is_greedy(engine, prompts):
 
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, -1), (0.7, 0.9, 5), (0.0, 1.0, -1)])
 def test_logprobs_match_learner(engine, prompts, learner, temperature, top_p, top_k):
-    groups = engine.generate(prompts, SamplingParams(n=1 if temperature == 0 else 3, temperature=temperature,
-                                                     top_p=top_p, top_k=top_k, max_tokens=8, seed=1))
+    groups = engine.generate(
+        prompts,
+        SamplingParams(
+            n=1 if temperature == 0 else 3, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=8, seed=1
+        ),
+    )
     diff = max_logprob_diff(learner, prompts, groups, temperature or 1.0, engine.tokenizer.pad_token_id)
     print(f"\nhf logprob max |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): {diff:.2e}")
     assert diff < TOL
@@ -115,7 +122,10 @@ def test_sleep_wake_are_harmless(engine, prompts):
     assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
 
 
-@pytest.mark.parametrize("name,module,cls", [("vllm", "relay.engines.vllm", "VLLMEngine"), ("sglang", "relay.engines.sglang", "SGLangEngine")])
+@pytest.mark.parametrize(
+    "name,module,cls",
+    [("vllm", "relay.engines.vllm", "VLLMEngine"), ("sglang", "relay.engines.sglang", "SGLangEngine")],
+)
 def test_make_engine_branches_pass_options_untouched(monkeypatch, name, module, cls):
     """make_engine hands model path, dtype, tokenizer and engine_kwargs to the named engine."""
     import importlib
@@ -125,8 +135,10 @@ def test_make_engine_branches_pass_options_untouched(monkeypatch, name, module, 
 
     calls = []
     monkeypatch.setattr(importlib.import_module(module), cls, lambda *a, **kw: calls.append((a, kw)) or "built")
-    cfg = Config(model=ModelConfig(path="/m", dtype="bfloat16", tokenizer_path="/t"),
-                 rollout=RolloutConfig(engine=name, engine_kwargs={"gpu_memory_utilization": 0.5, "any_native": [1]}))
+    cfg = Config(
+        model=ModelConfig(path="/m", dtype="bfloat16", tokenizer_path="/t"),
+        rollout=RolloutConfig(engine=name, engine_kwargs={"gpu_memory_utilization": 0.5, "any_native": [1]}),
+    )
     assert make_engine(cfg, "/resolved") == "built"
     assert calls == [(("/resolved", "bfloat16", "/t", False), {"gpu_memory_utilization": 0.5, "any_native": [1]})]
 

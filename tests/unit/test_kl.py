@@ -1,4 +1,5 @@
 """KL estimators and coefficient controllers."""
+
 import json
 import math
 
@@ -75,8 +76,11 @@ def test_adaptive_controller_by_hand():
 
 @settings(max_examples=100, deadline=None)
 @given(
-    init=st.floats(1e-4, 10.0), target=st.floats(1e-3, 10.0), kl=st.floats(0.0, 100.0),
-    n_steps=st.integers(1, 1024), horizon=st.integers(1024, 100_000),
+    init=st.floats(1e-4, 10.0),
+    target=st.floats(1e-3, 10.0),
+    kl=st.floats(0.0, 100.0),
+    n_steps=st.integers(1, 1024),
+    horizon=st.integers(1024, 100_000),
 )
 def test_adaptive_controller_moves_toward_target(init, target, kl, n_steps, horizon):
     c = AdaptiveKLController(init_coef=init, target=target, horizon=horizon)

@@ -1,6 +1,7 @@
 """Imports run one way: relay <- actors <- driver.py <- tune.py, and `relay`, the pure library,
 never imports ray. Checked on the source with `ast`, so an import inside a function (one that
 runs late, or only on some paths) counts as much as one at the top of a file."""
+
 import ast
 import subprocess
 import sys
@@ -14,7 +15,13 @@ def test_no_ray_import_statement_in_relay():
     offenders = []
     for path in RELAY.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{path}: {n}" for n in names if n == "ray" or n.startswith("ray.")]
     assert not offenders, offenders
 
@@ -22,12 +29,15 @@ def test_no_ray_import_statement_in_relay():
 def test_importing_all_of_relay_does_not_load_ray():
     modules = [".".join(p.relative_to(RELAY.parent).with_suffix("").parts) for p in RELAY.rglob("*.py")]
     modules = [m.removesuffix(".__init__") for m in modules if not m.endswith("__main__")]
-    code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules if "sglang" not in m and "vllm" not in m)
+    code = "import importlib, sys\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in modules if "sglang" not in m and "vllm" not in m
+    )
     code += "assert 'ray' not in sys.modules, sorted(k for k in sys.modules if k.startswith('ray'))[:5]\n"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=RELAY.parent)
 
 
 # ------------------------------------------------------------------------------ the import graph
+
 
 def project_modules() -> dict[str, Path]:
     """Dotted module name -> file, for relay/, actors/, driver.py and tune.py."""
@@ -48,7 +58,11 @@ def imported_names(module: str, path: Path) -> list[tuple[str, int]]:
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])]) if node.level else node.module
+            base = (
+                ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+                if node.level
+                else node.module
+            )
             out += [(base, node.lineno)] + [(f"{base}.{a.name}", node.lineno) for a in node.names if a.name != "*"]
     return out
 
@@ -62,7 +76,9 @@ def import_graph() -> dict[str, dict[str, int]]:
         edges = {}
         for name, line in imported_names(module, path):
             parts = name.split(".")
-            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None)
+            target = next(
+                (".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None
+            )
             if target is not None and target != module:
                 edges.setdefault(target, line)
         graph[module] = edges
@@ -73,8 +89,10 @@ def package_graph(graph: dict[str, dict[str, int]]) -> dict[str, set[str]]:
     """The graph with each package's direct part as one node: relay/envs/ is `relay.envs`,
     relay/agent.py is `relay.agent`. A cycle between folders shows here even when no two files
     import each other in a loop (relay.agent -> relay.envs.base, relay.envs.textgame -> relay.agent)."""
+
     def unit(module: str) -> str:
         return ".".join(module.split(".")[:2])
+
     out: dict[str, set[str]] = {}
     for module, edges in graph.items():
         out.setdefault(unit(module), set()).update(unit(t) for t in edges if unit(t) != unit(module))
@@ -90,7 +108,7 @@ def find_cycles(graph: dict[str, set[str]] | dict[str, dict[str, int]]) -> list[
         stack.append(node)
         for succ in sorted(graph.get(node, ())):
             if state.get(succ) == "open":
-                cycles.append(stack[stack.index(succ):] + [succ])
+                cycles.append(stack[stack.index(succ) :] + [succ])
             elif succ not in state:
                 visit(succ)
         stack.pop()
@@ -124,8 +142,11 @@ def layering_offenders(prefix: str, forbidden: set[str]) -> list[str]:
     offenders = []
     for module, path in project_modules().items():
         if module == prefix or module.startswith(prefix + "."):
-            offenders += [f"{path.relative_to(REPO)}:{line} imports {name}"
-                          for name, line in imported_names(module, path) if name.split(".")[0] in forbidden]
+            offenders += [
+                f"{path.relative_to(REPO)}:{line} imports {name}"
+                for name, line in imported_names(module, path)
+                if name.split(".")[0] in forbidden
+            ]
     return sorted(set(offenders))
 
 

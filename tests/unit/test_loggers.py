@@ -1,4 +1,5 @@
 """relay.loggers and relay.plot: every backend writes files that its own reader reads back."""
+
 from __future__ import annotations
 
 import glob
@@ -29,19 +30,35 @@ CONFIG = {"algo": {"name": "grpo", "kl_coef": 0.05}, "model": "tiny", "seeds": [
 
 
 def steps_metrics(n: int = 5) -> list[tuple[int, dict[str, float]]]:
-    return [(s, {"reward/mean": 0.1 * s, "kl/mean": 0.01 * s, "response/length_mean": 10.0 + s,
-                 "time/step_s": 0.5, "rollout/tokens_per_s": 1234.0})
-            for s in range(1, n + 1)]
+    return [
+        (
+            s,
+            {
+                "reward/mean": 0.1 * s,
+                "kl/mean": 0.01 * s,
+                "response/length_mean": 10.0 + s,
+                "time/step_s": 0.5,
+                "rollout/tokens_per_s": 1234.0,
+            },
+        )
+        for s in range(1, n + 1)
+    ]
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
     # Nothing may leave the machine: W&B offline and quiet, no git probing, no telemetry.
     for key, value in {
-        "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true", "WANDB_CONSOLE": "off", "WANDB_DIR": str(tmp_path),
-        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
-        "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_CONSOLE": "off",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
+        "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
     }.items():
         monkeypatch.setenv(key, value)
 
@@ -76,8 +93,7 @@ def test_console_without_tty_prints_compact_lines_every_k_steps():
         logger.log(metrics, step)
     logger.close()
     lines = out.getvalue().splitlines()
-    assert [line.split(" | ")[0] for line in lines] == ["step 1/25", "step 10/25", "step 20/25",
-                                                        "step 25/25"]
+    assert [line.split(" | ")[0] for line in lines] == ["step 1/25", "step 10/25", "step 20/25", "step 25/25"]
     assert "\x1b" not in out.getvalue()  # no cursor movement or colour codes in log files
     assert "reward 2" in lines[2] and "kl 0.2" in lines[2] and "tok/s 1,234" in lines[2]
     assert "step time 0.50s" in lines[2] and "eta" in lines[2] and "eta" not in lines[3]
@@ -141,8 +157,7 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_flatten_config():
-    assert flatten_config(CONFIG) == {"algo.name": "grpo", "algo.kl_coef": 0.05,
-                                      "model": "tiny", "seeds": "[1, 2]"}
+    assert flatten_config(CONFIG) == {"algo.name": "grpo", "algo.kl_coef": 0.05, "model": "tiny", "seeds": "[1, 2]"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,8 +200,8 @@ def read_wandb_records(path: Path) -> list:
         if block - pos % block < 7:
             pos += block - pos % block
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk = data[pos + 7:pos + 7 + length]
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 0:  # zero fill at the end of a pre-allocated file
             break
@@ -209,8 +224,7 @@ def read_wandb_records(path: Path) -> list:
 def test_wandb_offline_run_read_back(tmp_path):
     from relay.loggers import WandbLogger
 
-    logger = WandbLogger(tmp_path, "unit-run", project="relay-test", mode="offline",
-                         config_dict=CONFIG)
+    logger = WandbLogger(tmp_path, "unit-run", project="relay-test", mode="offline", config_dict=CONFIG)
     for step, metrics in steps_metrics(3):
         logger.log(metrics, step)
     logger.close()
@@ -255,8 +269,11 @@ def test_mlflow_local_store_read_back(tmp_path, monkeypatch, store):
 
     client = MlflowClient(logger.tracking_uri)
     history = client.get_metric_history(logger.run_id, "reward/mean")
-    assert [(m.step, m.value) for m in history] == [(1, pytest.approx(0.1)), (2, pytest.approx(0.2)),
-                                                   (3, pytest.approx(0.3))]
+    assert [(m.step, m.value) for m in history] == [
+        (1, pytest.approx(0.1)),
+        (2, pytest.approx(0.2)),
+        (3, pytest.approx(0.3)),
+    ]
     run = client.get_run(logger.run_id)
     assert run.data.params["algo.kl_coef"] == "0.05" and run.data.params["seeds"] == "[1, 2]"
     assert run.info.status == "FINISHED" and run.info.run_name == "unit-run"
@@ -270,17 +287,27 @@ def test_plot_cli_writes_png(tmp_path):
     path = tmp_path / "metrics.jsonl"
     with open(path, "w") as f:
         for step in range(1, 21):
-            row = {"step": step, "time": 1000.0 + step, "reward/mean": math.tanh(step / 5),
-                   "reward/std": 0.1, "kl/mean": 0.001 * step, "response/length_mean": 30 + step,
-                   "time/step_s": 0.4}
+            row = {
+                "step": step,
+                "time": 1000.0 + step,
+                "reward/mean": math.tanh(step / 5),
+                "reward/std": 0.1,
+                "kl/mean": 0.001 * step,
+                "response/length_mean": 30 + step,
+                "time/step_s": 0.4,
+            }
             if step % 5 == 0:
                 row["eval/accuracy"] = step / 20
             f.write(json.dumps(row) + "\n")
     out = tmp_path / "out" / "curves.png"
-    proc = subprocess.run([sys.executable, "-m", "relay.plot", str(path), "-o", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg",
-                               "MPLCONFIGDIR": str(tmp_path / "mpl")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "relay.plot", str(path), "-o", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "mpl")},
+    )
     assert proc.returncode == 0, proc.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000

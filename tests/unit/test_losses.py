@@ -1,4 +1,5 @@
 """Policy / value losses, aggregation, entropy and IS weights against hand-computed numbers."""
+
 import math
 
 import pytest
@@ -91,8 +92,12 @@ def test_ppo_by_hand():
 def test_ppo_clip_higher():
     # DAPO clip-higher: with clip_high 0.6 the ratio 1.5 is inside and not clipped any more.
     loss, m = policy_loss(
-        "ppo", logprobs=torch.tensor([PPO_LOGR]), old_logprobs=torch.zeros(1, 4), advantages=PPO_ADV,
-        loss_mask=PPO_MASK, clip_high=0.6,
+        "ppo",
+        logprobs=torch.tensor([PPO_LOGR]),
+        old_logprobs=torch.zeros(1, 4),
+        advantages=PPO_ADV,
+        loss_mask=PPO_MASK,
+        clip_high=0.6,
     )
     close(loss, (-1.5 + 0.8 + 2.2) / 3)
     assert m["pg_clipfrac"] == pytest.approx(1 / 3)
@@ -101,8 +106,12 @@ def test_ppo_clip_higher():
 def test_ppo_is_weights_scale_tokens_and_get_no_grad():
     w = leaf([[2.0, 0.5, 1.0, 100.0]])
     loss, m = policy_loss(
-        "ppo", logprobs=torch.tensor([PPO_LOGR]), old_logprobs=torch.zeros(1, 4), advantages=PPO_ADV,
-        loss_mask=PPO_MASK, is_weights=w,
+        "ppo",
+        logprobs=torch.tensor([PPO_LOGR]),
+        old_logprobs=torch.zeros(1, 4),
+        advantages=PPO_ADV,
+        loss_mask=PPO_MASK,
+        is_weights=w,
     )
     close(loss, (-1.2 * 2 + 0.8 * 0.5 + 2.2) / 3)
     assert not loss.requires_grad
@@ -114,7 +123,11 @@ def test_dual_clip_by_hand():
     logp = leaf([[math.log(5), math.log(2), math.log(5)]])
     adv = torch.tensor([[-1.0, -1.0, 1.0]])
     loss, m = policy_loss(
-        "dual_clip", logprobs=logp, old_logprobs=torch.zeros(1, 3), advantages=adv, loss_mask=torch.ones(1, 3),
+        "dual_clip",
+        logprobs=logp,
+        old_logprobs=torch.zeros(1, 3),
+        advantages=adv,
+        loss_mask=torch.ones(1, 3),
     )
     # token 0: min(max(5, 1.2), 3) = 3 (dual clip, no gradient); token 1: 2 (below c * |A|);
     # token 2: positive advantage, plain PPO: max(-5, -1.2) = -1.2.
@@ -122,7 +135,9 @@ def test_dual_clip_by_hand():
     loss.backward()
     close(logp.grad, [[0, 2 / 3, 0]])
     assert m["pg_clipfrac_lower"] == pytest.approx(1 / 3)
-    ppo, _ = policy_loss("ppo", logprobs=logp, old_logprobs=torch.zeros(1, 3), advantages=adv, loss_mask=torch.ones(1, 3))
+    ppo, _ = policy_loss(
+        "ppo", logprobs=logp, old_logprobs=torch.zeros(1, 3), advantages=adv, loss_mask=torch.ones(1, 3)
+    )
     close(ppo, (5 + 2 - 1.2) / 3)  # without the dual clip, token 0 costs 5
 
 
@@ -150,8 +165,14 @@ def test_gspo_token_form_matches_sequence_objective():
     adv_row = torch.tensor([1.0, -0.5, 2.0])
     logp = (old + 0.1 * torch.randn(3, 4, generator=g)).requires_grad_(True)
     loss, _ = policy_loss(
-        "gspo", logprobs=logp, old_logprobs=old, advantages=adv_row[:, None].expand(3, 4), loss_mask=mask,
-        agg_mode="seq-mean-token-mean", clip_low=0.03, clip_high=0.04,
+        "gspo",
+        logprobs=logp,
+        old_logprobs=old,
+        advantages=adv_row[:, None].expand(3, 4),
+        loss_mask=mask,
+        agg_mode="seq-mean-token-mean",
+        clip_low=0.03,
+        clip_high=0.04,
     )
     (grad,) = torch.autograd.grad(loss, logp)
 
@@ -175,12 +196,15 @@ def test_masked_tokens_change_nothing(name, agg_mode):
 
     def run(lp, o, a, iw):
         lp = lp.clone().requires_grad_(True)
-        loss, m = policy_loss(name, logprobs=lp, old_logprobs=o, advantages=a, loss_mask=mask, agg_mode=agg_mode, is_weights=iw)
+        loss, m = policy_loss(
+            name, logprobs=lp, old_logprobs=o, advantages=a, loss_mask=mask, agg_mode=agg_mode, is_weights=iw
+        )
         loss.backward()
         return loss.detach(), lp.grad, m
 
     junk = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30])
     off = mask == 0
+
     def poison(x):
         y = x.clone()
         y[off] = junk.repeat(4)[: int(off.sum())]
@@ -201,7 +225,8 @@ def test_masked_tokens_change_nothing(name, agg_mode):
             st.floats(0.05, 3.0),  # |A|
             st.floats(0.0, 1.0),  # where in the chosen ratio range
         ),
-        min_size=1, max_size=8,
+        min_size=1,
+        max_size=8,
     ),
     st.floats(0.05, 0.4),
     st.floats(0.05, 0.4),
@@ -224,8 +249,16 @@ def test_ppo_zero_grad_outside_trust_region(tokens, clip_low, clip_high):
     adv = torch.tensor([advs], dtype=torch.float64)
     mask = torch.ones_like(adv)
     for name in ("ppo", "dual_clip"):
-        loss, _ = policy_loss(name, logprobs=logp, old_logprobs=torch.zeros_like(adv), advantages=adv,
-                              loss_mask=mask, clip_low=clip_low, clip_high=clip_high, dual_clip_c=1e6)
+        loss, _ = policy_loss(
+            name,
+            logprobs=logp,
+            old_logprobs=torch.zeros_like(adv),
+            advantages=adv,
+            loss_mask=mask,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            dual_clip_c=1e6,
+        )
         (grad,) = torch.autograd.grad(loss, logp)
         n = len(tokens)
         for i, (kind, _, _) in enumerate(tokens):
@@ -237,8 +270,13 @@ def test_ppo_zero_grad_outside_trust_region(tokens, clip_low, clip_high):
 
 def test_unknown_policy_loss_names_choices():
     with pytest.raises(ValueError, match="dual_clip.*gspo.*ppo"):
-        policy_loss("trpo", logprobs=torch.zeros(1, 1), old_logprobs=torch.zeros(1, 1),
-                    advantages=torch.zeros(1, 1), loss_mask=torch.ones(1, 1))
+        policy_loss(
+            "trpo",
+            logprobs=torch.zeros(1, 1),
+            old_logprobs=torch.zeros(1, 1),
+            advantages=torch.zeros(1, 1),
+            loss_mask=torch.ones(1, 1),
+        )
 
 
 # ------------------------------------------------------------------------------------ IS weights

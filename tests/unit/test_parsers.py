@@ -1,4 +1,5 @@
 """Tool-call parsers: well-formed, malformed, several calls per turn, nested quotes, unicode."""
+
 from __future__ import annotations
 
 import json
@@ -27,6 +28,7 @@ def errors(name: str, text: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------- registry
 
+
 def test_get_parser_by_name_and_unknown_name():
     for name in ("tag", "hermes", "json", "react", "function_call"):
         p = get_parser(name)
@@ -44,8 +46,10 @@ def test_plain_text_is_not_a_call(name):
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from(list('<>/{}[]()":,= \n\tabc_toolcalnmeruigsAITFOvp\\\'`é')), max_size=120),
-       name=st.sampled_from(sorted(PARSERS)))
+@given(
+    text=st.text(alphabet=st.sampled_from(list("<>/{}[]()\":,= \n\tabc_toolcalnmeruigsAITFOvp\\'`é")), max_size=120),
+    name=st.sampled_from(sorted(PARSERS)),
+)
 def test_parsers_never_raise(text, name):
     res = get_parser(name).parse(text)
     assert isinstance(res, ParseResult)
@@ -54,6 +58,7 @@ def test_parsers_never_raise(text, name):
 
 
 # ---------------------------------------------------------------------------------- tag
+
 
 def test_tag_well_formed_and_stop_string():
     p = get_parser("tag")
@@ -65,8 +70,10 @@ def test_tag_well_formed_and_stop_string():
 
 
 def test_tag_several_calls_nested_quotes_unicode_and_fences():
-    text = (f"<tool>print('a \"b\" \\'c\\'')</tool> then <tool>```python\nprint('{UNI}')\n```</tool>"
-            "<tool>s = \"</tol>\"\nprint(s)</tool>")
+    text = (
+        f"<tool>print('a \"b\" \\'c\\'')</tool> then <tool>```python\nprint('{UNI}')\n```</tool>"
+        '<tool>s = "</tol>"\nprint(s)</tool>'
+    )
     assert calls("tag", text) == [
         ("python", {"code": "print('a \"b\" \\'c\\'')"}),
         ("python", {"code": f"print('{UNI}')"}),
@@ -84,10 +91,12 @@ def test_tag_malformed():
 
 # ---------------------------------------------------------------------------------- hermes
 
+
 def test_hermes_well_formed_qwen_style():
     p = get_parser("hermes")
-    text = ('I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n'
-            "</tool_call>")
+    text = (
+        'I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+    )
     res = p.parse(text)
     assert [(c.name, c.arguments) for c in res.calls] == [("get_weather", {"city": "Paris", "days": 3})]
     assert res.calls[0].raw.startswith("<tool_call>") and res.calls[0].raw.endswith("</tool_call>")
@@ -96,11 +105,13 @@ def test_hermes_well_formed_qwen_style():
 
 
 def test_hermes_several_calls_nested_quotes_unicode():
-    args = {"code": "print('x \"y\"')\nprint(\"\\\\n\")", "note": UNI, "nested": {"a": [1, {"b": "}"}]}}
-    text = (f"<tool_call>{json.dumps({'name': 'python', 'arguments': args})}</tool_call>\n"
-            f"<tool_call>{json.dumps({'name': 'echo', 'arguments': {'s': UNI}}, ensure_ascii=False)}</tool_call>"
-            # OpenAI wire style: arguments as a JSON string
-            '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call>')
+    args = {"code": 'print(\'x "y"\')\nprint("\\\\n")', "note": UNI, "nested": {"a": [1, {"b": "}"}]}}
+    text = (
+        f"<tool_call>{json.dumps({'name': 'python', 'arguments': args})}</tool_call>\n"
+        f"<tool_call>{json.dumps({'name': 'echo', 'arguments': {'s': UNI}}, ensure_ascii=False)}</tool_call>"
+        # OpenAI wire style: arguments as a JSON string
+        '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    )
     assert calls("hermes", text) == [("python", args), ("echo", {"s": UNI}), ("f", {"x": 1})]
 
 
@@ -110,27 +121,32 @@ def test_hermes_raw_newlines_in_strings_are_accepted():
 
 
 def test_hermes_malformed_each_becomes_an_error_and_good_calls_survive():
-    text = ('<tool_call>{"name": "a", "arguments": {"x": 1,}}</tool_call>'
-            '<tool_call>{"arguments": {}}</tool_call>'
-            '<tool_call>{"name": "b", "arguments": [1, 2]}</tool_call>'
-            '<tool_call>["not", "an", "object"]</tool_call>'
-            '<tool_call>{"name": "ok", "arguments": {}}</tool_call>'
-            '<tool_call>{"name": "c"')
+    text = (
+        '<tool_call>{"name": "a", "arguments": {"x": 1,}}</tool_call>'
+        '<tool_call>{"arguments": {}}</tool_call>'
+        '<tool_call>{"name": "b", "arguments": [1, 2]}</tool_call>'
+        '<tool_call>["not", "an", "object"]</tool_call>'
+        '<tool_call>{"name": "ok", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "c"'
+    )
     res = get_parser("hermes").parse(text)
     assert [(c.name, c.arguments) for c in res.calls] == [("ok", {})]
     assert len(res.errors) == 5
     assert "tool call 1: invalid JSON" in res.errors[0]
     assert 'missing "name"' in res.errors[1]
-    assert '"arguments" of \'b\' must be a JSON object' in res.errors[2]
+    assert "\"arguments\" of 'b' must be a JSON object" in res.errors[2]
     assert "expected a JSON object" in res.errors[3]
     assert "unclosed <tool_call>" in res.errors[4]
 
 
 # ---------------------------------------------------------------------------------- json
 
+
 def test_json_bare_object_fence_list_and_parameters_key():
-    text = ('Calling {"name": "add", "arguments": {"a": 1, "b": 2}} now.\n'
-            '```json\n[{"name": "g", "parameters": {"q": "x \\"y\\""}}, {"name": "h", "arguments": {}}]\n```')
+    text = (
+        'Calling {"name": "add", "arguments": {"a": 1, "b": 2}} now.\n'
+        '```json\n[{"name": "g", "parameters": {"q": "x \\"y\\""}}, {"name": "h", "arguments": {}}]\n```'
+    )
     assert calls("json", text) == [("add", {"a": 1, "b": 2}), ("g", {"q": 'x "y"'}), ("h", {})]
     p = get_parser("json")
     assert p.stop_strings == () and p.result_role == "tool"
@@ -152,10 +168,13 @@ def test_json_objects_without_name_are_ignored_but_broken_calls_are_reported():
 
 # ---------------------------------------------------------------------------------- react
 
+
 def test_react_json_input_text_input_and_format():
     p = get_parser("react")
-    text = ('Thought: I need the weather.\nAction: get_weather\nAction Input: {"city": "Paris"}\n'
-            "Thought: and compute\nAction: python\nAction Input: print('a \"b\"')\n")
+    text = (
+        'Thought: I need the weather.\nAction: get_weather\nAction Input: {"city": "Paris"}\n'
+        "Thought: and compute\nAction: python\nAction Input: print('a \"b\"')\n"
+    )
     assert calls("react", text) == [("get_weather", {"city": "Paris"}), ("python", {"code": "print('a \"b\"')"})]
     assert p.stop_strings == ("Observation:",) and p.result_role is None
     assert p.format_result(ToolCall("python", {}), "42") == "Observation: 42\n"
@@ -171,23 +190,26 @@ def test_react_multiline_json_input_and_custom_text_argument():
     text = 'Action: python\nAction Input: {\n  "code": "for i in range(2):\\n    print(i)"\n}\n'
     assert calls("react", text) == [("python", {"code": "for i in range(2):\n    print(i)"})]
     assert calls("react", "Action: shell\nAction Input: ls -la", text_arguments={"shell": "cmd"}) == [
-        ("shell", {"cmd": "ls -la"})]
+        ("shell", {"cmd": "ls -la"})
+    ]
 
 
 def test_react_malformed():
     res = get_parser("react").parse(
         'Action: a\nAction Input: {"x": 1\nThought: hmm\nAction: b\nThought: no input\n'
         'Action:\nAction Input: {}\nAction: c\nAction Input: {"x": 1} trailing\n'
-        "Action: ok\nAction Input: {}")
+        "Action: ok\nAction Input: {}"
+    )
     assert [(c.name, c.arguments) for c in res.calls] == [("ok", {})]
     assert len(res.errors) == 4
     assert "invalid JSON" in res.errors[0]
-    assert "needs an \"Action Input:\"" in res.errors[1]
+    assert 'needs an "Action Input:"' in res.errors[1]
     assert "empty tool name" in res.errors[2]
     assert "unexpected text after the JSON" in res.errors[3]
 
 
 # ---------------------------------------------------------------------------------- function_call
+
 
 def test_pythonic_llama_style_several_calls():
     p = get_parser("function_call")
@@ -204,8 +226,10 @@ def test_pythonic_llama_style_several_calls():
 
 
 def test_pythonic_nested_quotes_brackets_unicode_and_llama4_wrappers():
-    text = ("<|python_start|>[python(code='print(\"a]b\", \\'c\\')\\nx = [1, [2]]'), "
-            f"echo(s=\"{UNI}\", xs=[1, (2, 3)], none=None)]<|python_end|>")
+    text = (
+        "<|python_start|>[python(code='print(\"a]b\", \\'c\\')\\nx = [1, [2]]'), "
+        f'echo(s="{UNI}", xs=[1, (2, 3)], none=None)]<|python_end|>'
+    )
     assert calls("function_call", text) == [
         ("python", {"code": "print(\"a]b\", 'c')\nx = [1, [2]]"}),
         ("echo", {"s": UNI, "xs": [1, (2, 3)], "none": None}),

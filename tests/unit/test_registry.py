@@ -1,4 +1,5 @@
 """ToolRegistry: schemas derived from typed functions; bad calls come back as data."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,18 @@ from relay.tools.registry import FunctionTool, PythonTool, RemoteHTTPTool, ToolR
 from relay.tools.schema import function_schema, parse_docstring
 
 
-def search(query: str, limit: int = 5, scale: float = 1.0, exact: bool = False,
-           tags: list[str] | None = None, weights: dict[str, float] = {},  # noqa: B006 - the schema of a {} default
-           mode: Literal["fast", "deep"] = "fast", pair: tuple[int, str] = (1, "a"),
-           when: int | None = None, either: int | str = 0) -> str:
+def search(
+    query: str,
+    limit: int = 5,
+    scale: float = 1.0,
+    exact: bool = False,
+    tags: list[str] | None = None,
+    weights: dict[str, float] = {},  # noqa: B006 - the schema of a {} default
+    mode: Literal["fast", "deep"] = "fast",
+    pair: tuple[int, str] = (1, "a"),
+    when: int | None = None,
+    either: int | str = 0,
+) -> str:
     """Search the corpus.
 
     Returns the best hits, one per line.
@@ -53,8 +62,12 @@ def test_schema_openai_function_style():
     assert props["query"] == {"type": "string", "description": "What to look for."}
     assert props["limit"] == {"type": "integer", "description": "How many hits to return, at most 50.", "default": 5}
     assert props["scale"]["type"] == "number" and props["exact"]["type"] == "boolean"
-    assert props["tags"] == {"type": ["array", "null"], "items": {"type": "string"},
-                             "description": "Only documents with these tags.", "default": None}
+    assert props["tags"] == {
+        "type": ["array", "null"],
+        "items": {"type": "string"},
+        "description": "Only documents with these tags.",
+        "default": None,
+    }
     assert props["weights"]["type"] == "object" and props["weights"]["additionalProperties"] == {"type": "number"}
     assert props["mode"]["enum"] == ["fast", "deep"] and props["mode"]["type"] == "string"
     assert props["pair"]["prefixItems"] == [{"type": "integer"}, {"type": "string"}]
@@ -118,8 +131,12 @@ def test_registration_errors_are_loud():
     def int_keys(x: dict[int, str]):
         return x
 
-    for fn, msg in [(untyped, "no type hint"), (varargs, r"\*xs"), (odd, "cannot describe"),
-                    (int_keys, "dict keys must be str")]:
+    for fn, msg in [
+        (untyped, "no type hint"),
+        (varargs, r"\*xs"),
+        (odd, "cannot describe"),
+        (int_keys, "dict keys must be str"),
+    ]:
         with pytest.raises(TypeError, match=msg):
             ToolRegistry([fn])
 
@@ -138,21 +155,24 @@ def test_call_success_and_output_as_text():
     assert r.ok and json.loads(r.output) == {"mean": 1.75, "name": "é"}
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({}, "tool 'search': missing required argument 'query'"),
-    ({"query": "x", "colour": "red"}, "tool 'search': unexpected argument 'colour'"),
-    ({"query": 3}, "tool 'search': argument 'query' must be string, got integer 3"),
-    ({"query": "x", "limit": "5"}, "argument 'limit' must be integer, got string \"5\""),
-    ({"query": "x", "limit": 2.5}, "argument 'limit' must be integer, got number 2.5"),
-    ({"query": "x", "limit": True}, "argument 'limit' must be integer, got boolean true"),
-    ({"query": "x", "exact": 1}, "argument 'exact' must be boolean"),
-    ({"query": "x", "tags": ["a", 2]}, "argument 'tags'[1] must be string, got integer 2"),
-    ({"query": "x", "weights": {"title": "high"}}, "argument 'weights'['title'] must be number"),
-    ({"query": "x", "mode": "slow"}, "argument 'mode' must be one of [\"fast\", \"deep\"]"),
-    ({"query": "x", "pair": [1]}, "argument 'pair' must have 2 items"),
-    ({"query": "x", "either": 1.5}, "argument 'either' does not match any allowed type"),
-    ([1, 2], "tool 'search': arguments must be a JSON object, got array"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({}, "tool 'search': missing required argument 'query'"),
+        ({"query": "x", "colour": "red"}, "tool 'search': unexpected argument 'colour'"),
+        ({"query": 3}, "tool 'search': argument 'query' must be string, got integer 3"),
+        ({"query": "x", "limit": "5"}, "argument 'limit' must be integer, got string \"5\""),
+        ({"query": "x", "limit": 2.5}, "argument 'limit' must be integer, got number 2.5"),
+        ({"query": "x", "limit": True}, "argument 'limit' must be integer, got boolean true"),
+        ({"query": "x", "exact": 1}, "argument 'exact' must be boolean"),
+        ({"query": "x", "tags": ["a", 2]}, "argument 'tags'[1] must be string, got integer 2"),
+        ({"query": "x", "weights": {"title": "high"}}, "argument 'weights'['title'] must be number"),
+        ({"query": "x", "mode": "slow"}, 'argument \'mode\' must be one of ["fast", "deep"]'),
+        ({"query": "x", "pair": [1]}, "argument 'pair' must have 2 items"),
+        ({"query": "x", "either": 1.5}, "argument 'either' does not match any allowed type"),
+        ([1, 2], "tool 'search': arguments must be a JSON object, got array"),
+    ],
+)
 def test_bad_arguments_are_error_results(arguments, message):
     r = ToolRegistry([search]).call(ToolCall("search", arguments))
     assert not r.ok and r.output == "" and message in r.error, r.error
@@ -160,8 +180,13 @@ def test_bad_arguments_are_error_results(arguments, message):
 
 def test_valid_edge_values_pass():
     reg = ToolRegistry([search])
-    for args in [{"query": "x", "scale": 2}, {"query": "x", "tags": None}, {"query": "x", "when": None},
-                 {"query": "x", "either": "s"}, {"query": "", "weights": {}}]:
+    for args in [
+        {"query": "x", "scale": 2},
+        {"query": "x", "tags": None},
+        {"query": "x", "when": None},
+        {"query": "x", "either": "s"},
+        {"query": "", "weights": {}},
+    ]:
         assert reg.call(ToolCall("search", args)).ok, args
 
 
@@ -181,13 +206,17 @@ def test_unknown_tool_and_raising_tool_are_data():
 
 def test_observation_text():
     assert ToolResult(True, "42\n").observation() == "42"
-    assert ToolResult(False, "Traceback...\n", "exited with code 1").observation() == "Traceback...\nError: exited with code 1"
+    assert (
+        ToolResult(False, "Traceback...\n", "exited with code 1").observation()
+        == "Traceback...\nError: exited with code 1"
+    )
     assert ToolResult(False, "", "timed out").observation() == "Error: timed out"
 
 
 def test_from_execution():
-    r = ToolResult.from_execution({"ok": False, "stdout": "a", "stderr": "b\n", "exit_code": 1,
-                                   "error": "exited with code 1", "seconds": 0.5})
+    r = ToolResult.from_execution(
+        {"ok": False, "stdout": "a", "stderr": "b\n", "exit_code": 1, "error": "exited with code 1", "seconds": 0.5}
+    )
     assert r == ToolResult(False, "a\nb\n", "exited with code 1", 0.5)
     assert ToolResult.from_execution({"ok": True, "stdout": "x", "stderr": "", "error": None}).ok
 
@@ -241,8 +270,11 @@ def echo_url():
 
 
 def test_remote_http_tool(echo_url):
-    params = {"type": "object", "properties": {"x": {"type": "integer"}, "fail": {"type": "boolean"},
-                                               "plain": {"type": "string"}}, "required": []}
+    params = {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}, "fail": {"type": "boolean"}, "plain": {"type": "string"}},
+        "required": [],
+    }
     reg = ToolRegistry([RemoteHTTPTool("echo", echo_url, params, timeout=5, description="Echo.")])
     assert reg.schemas()[0]["function"] == {"name": "echo", "description": "Echo.", "parameters": params}
     r = reg.call(ToolCall("echo", {"x": 1}))
@@ -256,6 +288,7 @@ def test_remote_http_tool(echo_url):
 
 def test_remote_http_tool_unreachable_is_data():
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

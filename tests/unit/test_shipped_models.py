@@ -1,6 +1,7 @@
 """The models shipped in the repository: checked on load, small, resolved from config, and
 rebuilt from code into a model that behaves like the shipped one (not bit for bit: other
 machines reduce floats in another order)."""
+
 import shutil
 
 import pytest
@@ -27,7 +28,9 @@ def test_every_shipped_file_matches_the_manifest_and_is_small(name):
 def test_model_path_tiny_means_the_tasks_shipped_model():
     assert resolve_model_path(load_config(None, [])) == str(shipped.SHIPPED_DIR / "tiny")
     for name, env in shipped.TASK_MODELS.items():
-        assert resolve_model_path(load_config(None, [f"task.env={env}", "task.name=custom"])) == str(shipped.SHIPPED_DIR / name)
+        assert resolve_model_path(load_config(None, [f"task.env={env}", "task.name=custom"])) == str(
+            shipped.SHIPPED_DIR / name
+        )
 
 
 def test_a_changed_file_is_named_in_one_line(tmp_path, monkeypatch):
@@ -53,6 +56,8 @@ def test_a_rebuild_behaves_like_the_shipped_tiny_model(tmp_path):
     spec = TinySpec()
     rebuilt = build_base(tmp_path, spec)
     path = shipped.shipped_model("tiny")
-    accuracy, well_formed = greedy_accuracy(load_model(str(path)), load_tokenizer(str(path)), make_rows(256, HELD_OUT_SEED, spec.digits))
+    accuracy, well_formed = greedy_accuracy(
+        load_model(str(path)), load_tokenizer(str(path)), make_rows(256, HELD_OUT_SEED, spec.digits)
+    )
     assert well_formed > 0.95 and rebuilt["well_formed"] > 0.95
     assert abs(rebuilt["held_out_accuracy"] - accuracy) <= 0.05, (rebuilt["held_out_accuracy"], accuracy)

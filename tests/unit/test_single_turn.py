@@ -1,5 +1,6 @@
 """Single-turn rollouts are the agent loop (relay/agent.py) with no parser and no environment:
 what RolloutWorker runs for tasks without tools or an environment."""
+
 from __future__ import annotations
 
 import pytest

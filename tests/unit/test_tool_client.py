@@ -1,4 +1,5 @@
 """ToolClient against a scripted local server on 127.0.0.1: retries, deadline, truncation."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,15 @@ class Handler(BaseHTTPRequestHandler):
             self.server.requests += 1
             self.server.codes.append(payload["code"])
         action = self.server.script[min(i, len(self.server.script) - 1)]
-        result = {"ok": True, "stdout": payload["code"], "stderr": "", "exit_code": 0, "timed_out": False,
-                  "truncated": False, "error": None}
+        result = {
+            "ok": True,
+            "stdout": payload["code"],
+            "stderr": "",
+            "exit_code": 0,
+            "timed_out": False,
+            "truncated": False,
+            "error": None,
+        }
         if action == "reset":
             return  # close the connection without an answer
         if action == "slow":
@@ -92,13 +100,22 @@ def client_for(srv: Scripted, max_output_bytes: int | None = None, **kw) -> Tool
 def test_settings_are_the_tools_config():
     # One set of fields and defaults: the client reads tools.* (the seeds' knobs) of the config tree.
     c = ToolsConfig()
-    assert (c.enabled, c.server_url, c.max_tool_turns, c.max_retries, c.retry_delay, c.timeout,
-            c.max_workers, c.request_interval) == (False, None, 3, 3, 1.0, 30.0, 8, 0.0)
+    assert (
+        c.enabled,
+        c.server_url,
+        c.max_tool_turns,
+        c.max_retries,
+        c.retry_delay,
+        c.timeout,
+        c.max_workers,
+        c.request_interval,
+    ) == (False, None, 3, 3, 1.0, 30.0, 8, 0.0)
     with pytest.raises(ConfigError) as err:
         ToolClient(ToolsConfig(server_url="ftp://x", timeout=0))
     assert err.value.problems == [
         "tools.server_url: must be http(s)://host:port, got 'ftp://x'",
-        "tools.timeout: must be > 0, got 0"]
+        "tools.timeout: must be > 0, got 0",
+    ]
     with pytest.raises(ValueError, match="tools.max_workers: must be > 0"):
         ToolClient(ToolsConfig(server_url="http://127.0.0.1:30003", max_workers=0))
     with pytest.raises(ValueError, match="tools.server_url: a tool client needs"):
@@ -157,8 +174,9 @@ def test_connection_refused_is_retried_then_reported():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens on port now
-    c = ToolClient(ToolsConfig(server_url=f"http://127.0.0.1:{port}", retry_delay=0.01, max_retries=2,
-                               request_interval=0))
+    c = ToolClient(
+        ToolsConfig(server_url=f"http://127.0.0.1:{port}", retry_delay=0.01, max_retries=2, request_interval=0)
+    )
     r = c.execute("x")
     assert not r.ok and "unavailable after 3 attempt(s)" in r.error and "cannot reach" in r.error
     assert c.health() is None

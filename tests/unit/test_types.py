@@ -7,8 +7,23 @@ from relay.types import Batch, FinishReason, Sample
 
 
 def test_batch_layout_left_pads_prompts_and_right_pads_responses():
-    a = Sample(prompt_ids=[5, 6, 7], response_ids=[8, 9], rollout_logprobs=[-0.5, -0.25], loss_mask=[1, 1], reward=1.0, group_id=0, token_rewards={1: 0.5})
-    b = Sample(prompt_ids=[5], response_ids=[8, 9, 10], rollout_logprobs=[-1.0, 0.0, -2.0], loss_mask=[1, 0, 1], reward=0.0, group_id=1)
+    a = Sample(
+        prompt_ids=[5, 6, 7],
+        response_ids=[8, 9],
+        rollout_logprobs=[-0.5, -0.25],
+        loss_mask=[1, 1],
+        reward=1.0,
+        group_id=0,
+        token_rewards={1: 0.5},
+    )
+    b = Sample(
+        prompt_ids=[5],
+        response_ids=[8, 9, 10],
+        rollout_logprobs=[-1.0, 0.0, -2.0],
+        loss_mask=[1, 0, 1],
+        reward=0.0,
+        group_id=1,
+    )
     batch = Batch.from_samples([a, b], pad_id=0)
     assert batch.prompts.tolist() == [[5, 6, 7], [0, 0, 5]]
     assert batch.responses.tolist() == [[8, 9, 0], [8, 9, 10]]

@@ -1,4 +1,5 @@
 """The update loop the Learner and the Critic share (relay/update_loop.py)."""
+
 import pytest
 import torch
 
@@ -14,8 +15,16 @@ def make_batch(rows: int = 8, first_group: int = 5) -> Batch:
     samples = []
     for i in range(rows):
         n = 1 + i % 4
-        samples.append(Sample(prompt_ids=[1, 2 + i], response_ids=torch.randint(3, 20, (n,), generator=g).tolist(),
-                              loss_mask=[1] * n, rollout_logprobs=[0.0] * n, reward=float(i), group_id=first_group + i))
+        samples.append(
+            Sample(
+                prompt_ids=[1, 2 + i],
+                response_ids=torch.randint(3, 20, (n,), generator=g).tolist(),
+                loss_mask=[1] * n,
+                rollout_logprobs=[0.0] * n,
+                reward=float(i),
+                group_id=first_group + i,
+            )
+        )
     return Batch.from_samples(samples, pad_id=0)
 
 
@@ -33,6 +42,7 @@ class TokenRegressor(torch.nn.Module):
             pred = self.head(self.embed(micro.responses)).squeeze(-1)  # [B,R]
             value = aggregate((pred - micro.rewards[:, None]).square(), micro.loss_mask, agg_mode)
             return value, {"loss": float(value.detach())}
+
         return loss
 
 
@@ -43,8 +53,15 @@ def test_micro_batches_accumulate_the_gradient_of_the_whole_mini_batch(agg_mode)
         model = TokenRegressor()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         training = TrainingConfig(ppo_epochs=1, mini_batches=1, micro_batch_size=micro_batch_size, grad_clip=1e9)
-        metrics = run_update(model, optimizer, batch, model.loss_fn(agg_mode), training, seed=0,
-                             weight_by_tokens=agg_mode == "token-mean")
+        metrics = run_update(
+            model,
+            optimizer,
+            batch,
+            model.loss_fn(agg_mode),
+            training,
+            seed=0,
+            weight_by_tokens=agg_mode == "token-mean",
+        )
         results.append((metrics["grad_norm"], [p.detach().clone() for p in model.parameters()]))
     (norm, params), rest = results[-1], results[:-1]
     for other_norm, other_params in rest:
@@ -63,8 +80,17 @@ def test_learner_and_critic_shuffle_mini_batches_by_the_same_rule(tiny_model_pat
     from actors.critic import Critic
     from actors.learner import Learner
 
-    cfg = load_config(None, ["algorithm.estimator=gae", "critic.enabled=true", "run.seed=11", "training.ppo_epochs=2",
-                             "training.mini_batches=2", "training.micro_batch_size=2"])
+    cfg = load_config(
+        None,
+        [
+            "algorithm.estimator=gae",
+            "critic.enabled=true",
+            "run.seed=11",
+            "training.ppo_epochs=2",
+            "training.mini_batches=2",
+            "training.micro_batch_size=2",
+        ],
+    )
     batch = make_batch()
     # The rule: seed = run.seed + first group id; each epoch one randperm, chunked into mini-batches.
     generator = torch.Generator().manual_seed(11 + 5)

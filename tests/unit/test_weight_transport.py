@@ -1,5 +1,6 @@
 """Weight-sync encodings (relay/weight_transfer.py): the object-store payload, and the broadcast group
 with the gloo backend in plain processes."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

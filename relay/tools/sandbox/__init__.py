@@ -51,6 +51,7 @@ The package:
     here         the public API (sandbox_available, run_code, run_code_unsandboxed, make_runner)
                  and the availability probe behind it
 """
+
 from __future__ import annotations
 
 import functools
@@ -69,8 +70,18 @@ from relay.tools.sandbox.cgroups import _CG_PREFIX, _cgroup_layout, _swap_total_
 from relay.tools.sandbox.config import SandboxConfig, SandboxResult, SandboxUnavailable
 from relay.tools.sandbox.launch import MAIN, SANDBOX_UID, WORKDIR, _Launch, _run, _run_bwrap
 
-__all__ = ["MAIN", "SANDBOX_UID", "WORKDIR", "SandboxConfig", "SandboxResult", "SandboxUnavailable",
-           "make_runner", "run_code", "run_code_unsandboxed", "sandbox_available"]
+__all__ = [
+    "MAIN",
+    "SANDBOX_UID",
+    "WORKDIR",
+    "SandboxConfig",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "make_runner",
+    "run_code",
+    "run_code_unsandboxed",
+    "sandbox_available",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +91,9 @@ log = logging.getLogger(__name__)
 _probe_lock = threading.Lock()
 _probe_cache: dict[tuple, tuple[_Launch | None, str]] = {}
 
-_FIX_BWRAP = ("install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; "
-              "scripts/setup.sh does it as root)")
+_FIX_BWRAP = (
+    "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; scripts/setup.sh does it as root)"
+)
 _OPT_OUT = "or run without a sandbox (unsafe) with tools.sandbox=none"
 
 
@@ -101,24 +113,31 @@ def _probe_uncached(cfg: SandboxConfig) -> tuple[_Launch | None, str]:
     if bwrap is None:
         return None, f"bubblewrap (bwrap) is not on PATH: {_FIX_BWRAP}, {_OPT_OUT}"
     if not os.path.isfile(cfg.python):
-        return None, (f"no Python interpreter at {cfg.python} for the sandbox: install python3 from "
-                      f"the OS packages or set tools.sandbox_limits.python (and tools.sandbox_limits.ro_binds); "
-                      f"{_OPT_OUT}")
+        return None, (
+            f"no Python interpreter at {cfg.python} for the sandbox: install python3 from "
+            f"the OS packages or set tools.sandbox_limits.python (and tools.sandbox_limits.ro_binds); "
+            f"{_OPT_OUT}"
+        )
     layout = _cgroup_layout()
     if isinstance(layout, str):
         return None, f"cgroups unavailable: {layout}; {_OPT_OUT}"
     if layout.version == 1 and not layout.memsw and _swap_total_kb() > 0:
-        return None, ("cgroup v1 memory controller without memsw accounting while swap is on: the "
-                      "memory limit could be escaped into swap; boot with swapaccount=1 or turn swap "
-                      f"off; {_OPT_OUT}")
+        return None, (
+            "cgroup v1 memory controller without memsw accounting while swap is on: the "
+            "memory limit could be escaped into swap; boot with swapaccount=1 or turn swap "
+            f"off; {_OPT_OUT}"
+        )
     try:
-        probe_dir = os.path.join(layout.parents["pids" if layout.version == 1 else ""],
-                                 f"{_CG_PREFIX}-{os.getpid()}-probe")
+        probe_dir = os.path.join(
+            layout.parents["pids" if layout.version == 1 else ""], f"{_CG_PREFIX}-{os.getpid()}-probe"
+        )
         os.mkdir(probe_dir)
         os.rmdir(probe_dir)
     except OSError as e:
-        return None, (f"cannot create cgroups under {os.path.dirname(probe_dir)} ({e}): the sandbox "
-                      f"needs root or a delegated cgroup; {_OPT_OUT}")
+        return None, (
+            f"cannot create cgroups under {os.path.dirname(probe_dir)} ({e}): the sandbox "
+            f"needs root or a delegated cgroup; {_OPT_OUT}"
+        )
     _sweep_stale_cgroups(layout)
     try:
         help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
@@ -135,16 +154,21 @@ def _probe_uncached(cfg: SandboxConfig) -> tuple[_Launch | None, str]:
         res = _run_bwrap("print('relay-sandbox-ok')", check, launch, layout)
         if res.ok and res.stdout.strip() == "relay-sandbox-ok":
             if uid is None and os.geteuid() == 0:
-                log.warning("sandbox: unprivileged user namespaces are unavailable, so bwrap runs as "
-                            "root and the sandbox's uid maps to host root (/proc/sys is covered "
-                            "read-only). Enable them (sysctl user.max_user_namespaces, "
-                            "kernel.unprivileged_userns_clone) for defense in depth.")
+                log.warning(
+                    "sandbox: unprivileged user namespaces are unavailable, so bwrap runs as "
+                    "root and the sandbox's uid maps to host root (/proc/sys is covered "
+                    "read-only). Enable them (sysctl user.max_user_namespaces, "
+                    "kernel.unprivileged_userns_clone) for defense in depth."
+                )
             return launch, "ok" if uid is not None or os.geteuid() != 0 else "ok (bwrap runs as root)"
-        failures.append(f"as uid {os.geteuid() if uid is None else uid}: "
-                        f"{(res.stderr or res.error or res.stdout).strip()[:300]}")
-    return None, ("bubblewrap cannot build the sandbox (" + "; ".join(failures) + "). User "
-                  "namespaces may be disabled (sysctl user.max_user_namespaces, "
-                  f"kernel.unprivileged_userns_clone, AppArmor's userns restriction); {_OPT_OUT}")
+        failures.append(
+            f"as uid {os.geteuid() if uid is None else uid}: {(res.stderr or res.error or res.stdout).strip()[:300]}"
+        )
+    return None, (
+        "bubblewrap cannot build the sandbox (" + "; ".join(failures) + "). User "
+        "namespaces may be disabled (sysctl user.max_user_namespaces, "
+        f"kernel.unprivileged_userns_clone, AppArmor's userns restriction); {_OPT_OUT}"
+    )
 
 
 def sandbox_available(cfg: SandboxConfig | None = None) -> tuple[bool, str]:
@@ -171,6 +195,7 @@ def run_code(code: str, cfg: SandboxConfig | None = None) -> SandboxResult:
 
 # ----------------------------------------------------------------------------------- no sandbox
 
+
 def run_code_unsandboxed(code: str, cfg: SandboxConfig | None = None) -> SandboxResult:
     """tools.sandbox=none: the code runs as this user, with this machine's network and files.
 
@@ -182,10 +207,16 @@ def run_code_unsandboxed(code: str, cfg: SandboxConfig | None = None) -> Sandbox
         return SandboxResult("", "", None, error=f"code is larger than {cfg.max_code_bytes} bytes; not run")
     python = cfg.python if os.path.isfile(cfg.python) else sys.executable
     with tempfile.TemporaryDirectory(prefix="relay-unsandboxed-") as tmp:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
-               "MALLOC_ARENA_MAX": "2"}
-        return _run(code, cfg, lambda fd: [python, "-I", "-S", f"/proc/self/fd/{fd}"], tmp, None, None, env,
-                    in_bwrap=False)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": tmp,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "MALLOC_ARENA_MAX": "2",
+        }
+        return _run(
+            code, cfg, lambda fd: [python, "-I", "-S", f"/proc/self/fd/{fd}"], tmp, None, None, env, in_bwrap=False
+        )
 
 
 def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callable[[str], SandboxResult]:
@@ -206,8 +237,10 @@ def make_runner(mode: str = "bwrap", cfg: SandboxConfig | None = None) -> Callab
             raise SandboxUnavailable(f"tools.sandbox=bwrap: {reason}")
         return functools.partial(run_code, cfg=cfg)
     if mode == "none":
-        msg = ("tools.sandbox=none: model-written code runs WITHOUT A SANDBOX, as this user, with "
-               "this machine's network, files and environment. Use only for trusted code.")
+        msg = (
+            "tools.sandbox=none: model-written code runs WITHOUT A SANDBOX, as this user, with "
+            "this machine's network, files and environment. Use only for trusted code."
+        )
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
         return functools.partial(run_code_unsandboxed, cfg=cfg)

@@ -1,14 +1,15 @@
 """The cgroups of sandboxed runs: where they can be made, one per run, and sweeping stale ones.
 
-    _cgroup_layout()        v1 (memory, pids, cpu controllers) or v2 hierarchy this process may
-                            make child cgroups in; or a string saying why there is none (cached)
-    _swap_total_kb()        swap on this machine (a v1 memory controller without memsw accounting
-                            cannot contain a run while swap is on)
-    _RunCgroup              one run's cgroup(s): memory (+swap), pids and cpu limits set on
-                            creation, joined by the child before exec, swept (every pid killed)
-                            and removed after
-    _sweep_stale_cgroups()  removes run cgroups left by relay processes that died
+_cgroup_layout()        v1 (memory, pids, cpu controllers) or v2 hierarchy this process may
+                        make child cgroups in; or a string saying why there is none (cached)
+_swap_total_kb()        swap on this machine (a v1 memory controller without memsw accounting
+                        cannot contain a run while swap is on)
+_RunCgroup              one run's cgroup(s): memory (+swap), pids and cpu limits set on
+                        creation, joined by the child before exec, swept (every pid killed)
+                        and removed after
+_sweep_stale_cgroups()  removes run cgroups left by relay processes that died
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,7 +62,7 @@ def _cgroup_mounts() -> list[tuple[str, str, str, set[str]]]:
 def _join(mount_point: str, mount_root: str, path: str) -> str:
     # Inside a cgroup namespace or a container the mount root may be a sub-path of the hierarchy.
     if mount_root != "/" and path.startswith(mount_root):
-        path = path[len(mount_root):]
+        path = path[len(mount_root) :]
     return os.path.join(mount_point, path.lstrip("/"))
 
 
@@ -97,14 +98,18 @@ def _cgroup_layout() -> _CgroupLayout | str:
             with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
                 f.write(" ".join("+" + c for c in wanted))
         except OSError as e:
-            return (f"cgroup v2: cannot enable {wanted} for child cgroups of {base} ({e}). "
-                    "Run relay as root in a cgroup it may delegate, e.g. "
-                    "`systemd-run --scope -p Delegate=yes python -m relay.tools.server`, "
-                    "with no other process in that cgroup")
+            return (
+                f"cgroup v2: cannot enable {wanted} for child cgroups of {base} ({e}). "
+                "Run relay as root in a cgroup it may delegate, e.g. "
+                "`systemd-run --scope -p Delegate=yes python -m relay.tools.server`, "
+                "with no other process in that cgroup"
+            )
         return _CgroupLayout(2, {"": base})
     missing = [c for c in ("memory", "pids") if c not in v1]
-    return (f"no usable cgroup hierarchy: cgroup v1 controllers {missing} are not mounted and no "
-            "cgroup v2 hierarchy offers memory and pids")
+    return (
+        f"no usable cgroup hierarchy: cgroup v1 controllers {missing} are not mounted and no "
+        "cgroup v2 hierarchy offers memory and pids"
+    )
 
 
 def _swap_total_kb() -> int:

@@ -1,11 +1,12 @@
 """What a sandboxed run is given and what it gives back.
 
-    SandboxConfig       the limits of one run: tools.sandbox_limits, or the tool server's
-                        sandbox_limits (defined and checked with the config tree, relay.config;
-                        nothing a model writes in a tool call reaches them)
-    SandboxResult       what the run did, as data: output, exit code, time-out, kill reason, error
-    SandboxUnavailable  raised only when the sandbox cannot be built on this machine
+SandboxConfig       the limits of one run: tools.sandbox_limits, or the tool server's
+                    sandbox_limits (defined and checked with the config tree, relay.config;
+                    nothing a model writes in a tool call reaches them)
+SandboxResult       what the run did, as data: output, exit code, time-out, kill reason, error
+SandboxUnavailable  raised only when the sandbox cannot be built on this machine
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

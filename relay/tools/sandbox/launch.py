@@ -1,16 +1,17 @@
 """Starting one sandboxed run and collecting what it did.
 
-    _Launch        how bwrap is started on this machine (decided once by the availability probe)
-    _bwrap_argv()  the bubblewrap command line: namespaces, uid 65534, read-only /usr, size-capped
-                   tmpfs for /tmp, /sandbox and /dev/shm, the code bound from a memfd
-    _rlimits(), _child_setup()
-                   what the forked child does before exec: join the run's cgroup, set rlimits,
-                   drop root
-    _collect()     reads stdout and stderr up to a cap each, never waiting for EOF past the exit
-    _run()         the core: start, watch, wall-clock kill of the whole tree, classify how the run
-                   ended (time-out, memory, CPU, signal), clean up
-    _run_bwrap()   _run inside bubblewrap with a fresh cgroup
+_Launch        how bwrap is started on this machine (decided once by the availability probe)
+_bwrap_argv()  the bubblewrap command line: namespaces, uid 65534, read-only /usr, size-capped
+               tmpfs for /tmp, /sandbox and /dev/shm, the code bound from a memfd
+_rlimits(), _child_setup()
+               what the forked child does before exec: join the run's cgroup, set rlimits,
+               drop root
+_collect()     reads stdout and stderr up to a cap each, never waiting for EOF past the exit
+_run()         the core: start, watch, wall-clock kill of the whole tree, classify how the run
+               ended (time-out, memory, CPU, signal), clean up
+_run_bwrap()   _run inside bubblewrap with a fresh cgroup
 """
+
 from __future__ import annotations
 
 import os
@@ -37,6 +38,7 @@ _EOF_GRACE_S = 0.5
 @dataclass(frozen=True)
 class _Launch:
     """How bwrap is started on this machine; decided once by the availability probe."""
+
     bwrap: str
     drop_to_uid: int | None  # start bwrap as this uid (relay runs as root); None: as ourselves
     disable_userns: bool  # bwrap knows --disable-userns
@@ -85,7 +87,11 @@ def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
     argv = [
         launch.bwrap,
         "--unshare-all",  # user, ipc, pid, net (only lo), uts, cgroup namespaces
-        "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
         "--die-with-parent",  # bwrap killed -> the sandbox's pid 1 dies -> the namespace dies
         # Python itself is pid 1 of the namespace: when it exits the kernel kills every process
         # left in the namespace (the setsid escapee included), and bwrap reaps it. With bwrap's
@@ -93,17 +99,31 @@ def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
         # host's pid 1 to collect (forever, where pid 1 does not reap).
         "--as-pid-1",
         "--new-session",  # no TIOCSTI into a terminal we might have
-        "--cap-drop", "ALL",
-        "--hostname", "sandbox",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
         "--clearenv",
-        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-        "--setenv", "HOME", WORKDIR,
-        "--setenv", "TMPDIR", "/tmp",
-        "--setenv", "LANG", "C.UTF-8",
+        "--setenv",
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        WORKDIR,
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
         # glibc reserves 64 MB of address space per thread arena; under RLIMIT_AS that makes a
         # handful of threads look like a memory bomb.
-        "--setenv", "MALLOC_ARENA_MAX", "2",
-        "--ro-bind", "/usr", "/usr",
+        "--setenv",
+        "MALLOC_ARENA_MAX",
+        "2",
+        "--ro-bind",
+        "/usr",
+        "/usr",
     ]
     for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(link):
@@ -118,14 +138,29 @@ def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
         # guards the host's sysctls, so cover them.
         argv += ["--ro-bind", "/proc/sys", "/proc/sys"]
     argv += [
-        "--dev", "/dev",
-        "--size", tmpfs, "--tmpfs", "/dev/shm",
-        "--remount-ro", "/dev",
-        "--size", tmpfs, "--tmpfs", "/tmp",
-        "--size", tmpfs, "--tmpfs", WORKDIR,
-        "--ro-bind-data", str(code_fd), MAIN,
-        "--chdir", WORKDIR,
-        "--remount-ro", "/",
+        "--dev",
+        "/dev",
+        "--size",
+        tmpfs,
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        tmpfs,
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        tmpfs,
+        "--tmpfs",
+        WORKDIR,
+        "--ro-bind-data",
+        str(code_fd),
+        MAIN,
+        "--chdir",
+        WORKDIR,
+        "--remount-ro",
+        "/",
     ]
     if launch.disable_userns:
         argv += ["--disable-userns"]
@@ -199,9 +234,16 @@ def _describe(res: SandboxResult, cfg: SandboxConfig) -> str | None:
     return None
 
 
-def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cwd: str,
-         cgroup: _RunCgroup | None, drop_to_uid: int | None, env: dict[str, str],
-         in_bwrap: bool) -> SandboxResult:
+def _run(
+    code: str,
+    cfg: SandboxConfig,
+    argv_for: Callable[[int], list[str]],
+    cwd: str,
+    cgroup: _RunCgroup | None,
+    drop_to_uid: int | None,
+    env: dict[str, str],
+    in_bwrap: bool,
+) -> SandboxResult:
     """Start, watch and clean up one run. argv_for(code_fd) builds the command."""
     t0 = time.monotonic()
     code_fd, proc = -1, None
@@ -212,14 +254,18 @@ def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cw
             os.write(code_fd, code.encode("utf-8", errors="surrogatepass"))
             os.lseek(code_fd, 0, os.SEEK_SET)
             proc = subprocess.Popen(
-                argv_for(code_fd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=(code_fd,),
+                argv_for(code_fd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                pass_fds=(code_fd,),
                 start_new_session=True,  # its own process group: the wall kill takes the group
                 preexec_fn=setup,
             )
         except (OSError, subprocess.SubprocessError) as e:
-            return SandboxResult("", "", None, seconds=time.monotonic() - t0,
-                                 error=f"sandbox failed to start: {e}")
+            return SandboxResult("", "", None, seconds=time.monotonic() - t0, error=f"sandbox failed to start: {e}")
         finally:
             if code_fd >= 0:
                 os.close(code_fd)
@@ -234,7 +280,8 @@ def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cw
                 cgroup.kill_all()
 
         out, err, out_drop, err_drop, timed_out = _collect(
-            proc, cfg.max_output_bytes, t0 + cfg.wall_timeout_s, kill_tree)
+            proc, cfg.max_output_bytes, t0 + cfg.wall_timeout_s, kill_tree
+        )
         try:
             rc = proc.wait(timeout=max(0.1, t0 + cfg.wall_timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -244,9 +291,13 @@ def _run(code: str, cfg: SandboxConfig, argv_for: Callable[[int], list[str]], cw
         if cgroup:
             cgroup.kill_all()  # anything left (there should be nothing: the PID namespace is gone)
         res = SandboxResult(
-            stdout=_text(out, out_drop), stderr=_text(err, err_drop),
-            exit_code=None if timed_out else rc, timed_out=timed_out,
-            truncated=bool(out_drop or err_drop), seconds=time.monotonic() - t0)
+            stdout=_text(out, out_drop),
+            stderr=_text(err, err_drop),
+            exit_code=None if timed_out else rc,
+            timed_out=timed_out,
+            truncated=bool(out_drop or err_drop),
+            seconds=time.monotonic() - t0,
+        )
         # bwrap reports a command killed by signal N as exit code 128+N (so an explicit
         # sys.exit(137) reads as SIGKILL too); Popen reports -N.
         sig = -rc if rc < 0 else rc - 128 if in_bwrap and rc > 128 else 0
@@ -286,5 +337,13 @@ def _run_bwrap(code: str, cfg: SandboxConfig, launch: _Launch, layout: _CgroupLa
         cgroup = _RunCgroup(layout, cfg)
     except OSError as e:
         return SandboxResult("", "", None, error=f"sandbox failed to start: cannot create cgroup: {e}")
-    return _run(code, cfg, lambda fd: _bwrap_argv(cfg, launch, fd), "/", cgroup, launch.drop_to_uid,
-                {"PATH": "/usr/bin:/bin"}, in_bwrap=True)
+    return _run(
+        code,
+        cfg,
+        lambda fd: _bwrap_argv(cfg, launch, fd),
+        "/",
+        cgroup,
+        launch.drop_to_uid,
+        {"PATH": "/usr/bin:/bin"},
+        in_bwrap=True,
+    )
