@@ -39,6 +39,19 @@ from relay.tools.sandbox import SandboxResult, make_runner
 log = logging.getLogger(__name__)
 
 
+def failure(message: str) -> dict:
+    """A reply body for a request whose code did not run: the shape of a run result, with `error`."""
+    return {
+        "ok": False,
+        "stdout": "",
+        "stderr": "",
+        "exit_code": None,
+        "timed_out": False,
+        "truncated": False,
+        "error": message,
+    }
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     protocol_version = "HTTP/1.0"
@@ -57,18 +70,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, status: int, message: str) -> None:
-        self._reply(
-            status,
-            {
-                "ok": False,
-                "stdout": "",
-                "stderr": "",
-                "exit_code": None,
-                "timed_out": False,
-                "truncated": False,
-                "error": message,
-            },
-        )
+        self._reply(status, failure(message))
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/health", ""):
@@ -202,15 +204,7 @@ class ToolServer:
         """(HTTP status, body): wait for a slot, run the code in the sandbox."""
         with self._lock:
             if self._waiting >= self.cfg.max_waiting:
-                return 503, {
-                    "ok": False,
-                    "stdout": "",
-                    "stderr": "",
-                    "exit_code": None,
-                    "timed_out": False,
-                    "truncated": False,
-                    "error": "tool server busy: too many waiting requests",
-                }
+                return 503, failure("tool server busy: too many waiting requests")
             self._waiting += 1
         with self._slots:
             with self._lock:
@@ -220,15 +214,7 @@ class ToolServer:
                 res = self.runner(code)
             except Exception as e:  # the sandbox machinery broke (not the code): log it, tell the client
                 log.exception("sandbox run failed")
-                return 500, {
-                    "ok": False,
-                    "stdout": "",
-                    "stderr": "",
-                    "exit_code": None,
-                    "timed_out": False,
-                    "truncated": False,
-                    "error": f"sandbox failure: {type(e).__name__}: {e}",
-                }
+                return 500, failure(f"sandbox failure: {type(e).__name__}: {e}")
             finally:
                 with self._lock:
                     self._running -= 1
