@@ -54,12 +54,22 @@ class TaskConfig:
     eval_file: str | None = None
     prompt_key: str = "prompt"
     answer_key: str = "ground_truth"
-    reward_fn: str = "relay.envs.arithmetic:arithmetic_reward"  # dotted path to a function(sample, env)
+    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env):
+    # relay/envs/trajectory.py. None: the step rewards' sum with task.env, else the exact-answer check.
+    reward_fn: str | None = None
     env: str | None = None  # dotted path to an Environment class (multi-turn)
+    env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
+    success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     system_prompt: str | None = None
     digits: int = 2  # built-in arithmetic: operand size
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
+
+    @property
+    def reward_fn_path(self) -> str:
+        if self.reward_fn is not None:
+            return self.reward_fn
+        return "relay.envs.base:episode_return" if self.env else "relay.envs.arithmetic:arithmetic_reward"
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,9 @@ class TrainingConfig:
     mini_batches: int = 1  # optimizer steps per epoch; the rollout batch is split into this many
     micro_batch_size: int = 64  # samples per forward/backward (gradient accumulation inside)
     eval_every: int = 0  # steps between held-out evaluations; 0: only before and after
+    # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
+    # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
+    stop_after_failed_steps: int = 3
 
 
 @dataclass(frozen=True)
