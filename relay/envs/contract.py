@@ -82,7 +82,7 @@ def check_env_class(cls: Any) -> str | None:
         return f"{cls!r} is not a class"
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if missing:
-        return f"{getattr(cls, '__name__', cls)} has no {' or '.join(missing)}() method"
+        return f"{getattr(cls, '__name__', cls)} has no {' or '.join(m + '()' for m in missing)} method"
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):
