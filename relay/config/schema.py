@@ -108,9 +108,11 @@ class SandboxConfig:
     file_size_mb: int = 8  # RLIMIT_FSIZE: the largest file the code may write
     cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
     max_code_bytes: int = 1024 * 1024
-    python: str = "/usr/bin/python3"  # the interpreter inside the sandbox; must live under /usr
-    # Extra host paths bound read-only at the same place (e.g. an interpreter's prefix outside
-    # /usr). Started as uid 65534, bwrap must be able to reach them as that user.
+    # The interpreter inside the sandbox; its standard library, binary and shared libraries (found by
+    # asking it) are all of the host the sandbox sees.
+    python: str = "/usr/bin/python3"
+    # Extra host paths bound read-only at the same place (e.g. data files the code reads).
+    # Started as uid 65534, bwrap must be able to reach them as that user.
     ro_binds: tuple[str, ...] = ()
 
 
