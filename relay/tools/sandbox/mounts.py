@@ -110,7 +110,8 @@ def interpreter_files(python: str) -> InterpreterFiles | str:
 
 
 # World-readable /proc files that describe the host (its kernel, boot, devices, other tenants'
-# activity) rather than the sandbox's own processes; each is covered by an empty file.
+# activity) rather than the sandbox's own processes; each is covered by an empty file. (Files only
+# root may read, such as slabinfo or timer_list, are already closed to the sandbox's uid.)
 HIDDEN_PROC_FILES = (
     "cmdline",
     "version",
@@ -123,30 +124,19 @@ HIDDEN_PROC_FILES = (
     "partitions",
     "diskstats",
     "devices",
-    "misc",
-    "consoles",
     "interrupts",
     "softirqs",
     "vmstat",
     "zoneinfo",
     "buddyinfo",
-    "pagetypeinfo",
     "iomem",
     "ioports",
-    "dma",
-    "mtrr",
     "cgroups",
     "locks",
-    "crypto",
-    "execdomains",
-    "timer_list",
-    "sched_debug",
-    "slabinfo",
-    "vmallocinfo",
 )
 # Host-wide /proc folders (sysctls with the kernel version and boot id, drivers, buses, IRQs,
 # pressure stall information); each is covered by an empty read-only tmpfs.
-HIDDEN_PROC_DIRS = ("sys", "acpi", "bus", "driver", "fs", "irq", "pressure", "scsi", "tty")
+HIDDEN_PROC_DIRS = ("sys", "acpi", "bus", "driver", "fs", "irq", "pressure")
 
 
 def meminfo(memory_mb: int) -> bytes:
