@@ -223,7 +223,7 @@ def validate_tool_client(tl: ToolsConfig) -> list[str]:
     for key in ("max_retries", "retry_delay", "request_interval"):
         if getattr(tl, key) < 0:
             p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
-    for key in ("timeout", "max_workers"):
+    for key in ("timeout", "max_workers", "max_body_bytes"):
         if not getattr(tl, key) > 0:
             p.append(f"tools.{key}: must be > 0, got {getattr(tl, key)}")
     return p
@@ -259,10 +259,10 @@ def validate_tool_server(cfg: ToolServerConfig) -> list[str]:
         p.append(f"sandbox: {cfg.sandbox!r} is not one of {list(get_args(SandboxMode))}")
     if not 0 <= cfg.port <= 65535:
         p.append(f"port: must be in [0, 65535], got {cfg.port}")
-    for key in ("max_concurrency", "max_waiting"):
+    for key in ("max_concurrency", "max_waiting", "max_connections"):
         if getattr(cfg, key) < 0:
             p.append(f"{key}: must be >= 0, got {getattr(cfg, key)}")
-    for key in ("max_body_bytes", "socket_timeout_s"):
+    for key in ("max_waiting_per_client", "max_body_bytes", "read_timeout_s", "socket_timeout_s"):
         if not getattr(cfg, key) > 0:
             p.append(f"{key}: must be > 0, got {getattr(cfg, key)}")
     return p + validate_sandbox_limits(cfg.sandbox_limits)
