@@ -318,10 +318,10 @@ def _run(
         # bwrap reports a command killed by signal N as exit code 128+N (so an explicit
         # sys.exit(137) reads as SIGKILL too); Popen reports -N.
         sig = -rc if rc < 0 else rc - 128 if in_bwrap and rc > 128 else 0
-        if timed_out:
-            res.killed_reason = "wall_timeout"
-        elif cgroup and cgroup.oom_kills() > 0:
+        if cgroup and cgroup.oom_kills() > 0:  # the cause, even when the run then also ran out of time
             res.killed_reason = "memory"
+        elif timed_out:
+            res.killed_reason = "wall_timeout"
         elif sig == signal.SIGXCPU or (in_bwrap and sig == signal.SIGKILL):
             # In bwrap the code is pid 1 of its namespace: nothing inside can SIGKILL it, and we
             # did not (no time-out) nor did the OOM killer, so it was the kernel's RLIMIT_CPU.
