@@ -29,7 +29,8 @@ from relay.algos import (
     mixed_group_mask,
     overlong_penalty,
 )
-from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from relay.checkpoint import capture_rng, restore_rng, save_checkpoint
+from relay.checkpoint_resume import resume_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator
 from relay.envs.scoring import neutralize_reward_errors
@@ -196,8 +197,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
     train_rows, eval_rows = task_rows(cfg)
     start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
-    if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
-        groups, state = load_checkpoint(ckpt)  # verified against its manifest before any actor starts
+    if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
+        ckpt, groups, state = found  # verified against its manifest before any actor starts
         start_step = state["step"]
         print(f"resumed from {ckpt} at step {start_step}")
     prompts = PromptIterator(train_rows, cfg.run.seed, **state.get("data", {}))

@@ -82,5 +82,5 @@ class Critic:
         return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton}
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.model.load_state_dict(groups["critic"], strict=False)
+        self.model.load_state_dict(groups["critic"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["critic_optimizer"], meta["optimizer"]))

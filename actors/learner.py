@@ -119,7 +119,7 @@ class Learner:
         return {"policy": policy, "optimizer": opt_tensors}, {"optimizer": opt_skeleton, "rng": capture_rng()}
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.model.load_state_dict(groups["policy"], strict=False)
+        self.model.load_state_dict(groups["policy"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
         restore_rng(meta["rng"])
 

@@ -248,6 +248,9 @@ class CheckpointConfig:
     every: int = 0  # steps between checkpoints; 0: only the last step
     keep_last_n: int = 2
     save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+    # --resume when the newest checkpoint fails verification: false stops and names the newest one
+    # that verifies; true resumes from that one (the failing ones are renamed corrupt-step_*).
+    fallback: bool = False
 
 
 @dataclass(frozen=True)
