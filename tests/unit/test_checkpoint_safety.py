@@ -290,3 +290,22 @@ def test_resume_with_nothing_that_verifies_says_so(tmp_path):
         with pytest.raises(ResumeRefused, match=f"no older checkpoint under {tmp_path} verifies"):
             resume_checkpoint(tmp_path, fallback=fallback)
     assert len(list_checkpoints(tmp_path)) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights load strictly
+
+
+def test_learner_weights_load_strictly(tiny_model_path):
+    from actors.learner import Learner
+    from relay.config import load_config
+
+    learner = Learner(load_config(None, []), tiny_model_path, num_threads=1)
+    saved, meta = learner.state()
+    policy = saved["policy"]
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        learner.load_state({**saved, "policy": {**policy, "stray.weight": torch.zeros(1)}}, meta)
+    first = next(iter(policy))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        learner.load_state({**saved, "policy": {k: v for k, v in policy.items() if k != first}}, meta)
+    learner.load_state(saved, meta)  # tied embeddings included: every key the model has, nothing else
