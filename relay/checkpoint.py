@@ -365,4 +365,4 @@ def _remove_leftover(path: Path) -> None:
         shutil.rmtree(path)
     except OSError as error:
         # The checkpoint just saved is complete; a hidden leftover is retried at the next sweep.
-        warnings.warn(f"could not delete {path} ({error}); it is retried at the next save", stacklevel=3)
+        warnings.warn(f"could not delete {path} ({error}); it is retried at the next save or resume", stacklevel=3)

@@ -92,7 +92,7 @@ def manifest_problems(manifest: Any, folder: Path) -> list[str]:
 
     files = manifest.get("files")
     if not isinstance(files, dict):
-        problems.append(f"files {type(files).__name__} is not an object")
+        problems.append(f"files is a {type(files).__name__}, not an object")
         files = {}
     for filename, entry in files.items():
         if problem := bare_name_problem(filename):
