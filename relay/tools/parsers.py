@@ -19,12 +19,12 @@ fix on its next turn. Text that is not a call at all is ignored (no calls, no er
 from __future__ import annotations
 
 import ast
-import json
 import re
 from typing import Any, ClassVar
 
 from relay.tools.calls import (
     _LENIENT,
+    JSON_FAILURES,
     ParseResult,
     ToolCall,
     ToolParser,
@@ -54,11 +54,12 @@ class TagParser:
         while (start := text.find(self.open_tag, pos)) != -1:
             body_start = start + len(self.open_tag)
             end = text.find(self.close_tag, body_start)
-            nested = text.find(self.open_tag, body_start)
             if end == -1:
                 res.errors.append(f"unclosed {self.open_tag}: the code must end with {self.close_tag}")
                 break
-            if nested != -1 and nested < end:
+            # The last opening before the close: one error for any number of repeated openings.
+            nested = text.rfind(self.open_tag, body_start, end)
+            if nested != -1:
                 res.errors.append(f"{self.open_tag} opened again before {self.close_tag}: one code block per tag")
                 pos = nested
                 continue
@@ -103,7 +104,7 @@ class HermesParser:
             pos = end + len(self.close_tag)
             try:
                 obj = _LENIENT.decode(payload)
-            except json.JSONDecodeError as e:
+            except JSON_FAILURES as e:
                 res.errors.append(_json_error(where, payload, e))
                 continue
             call = _call_from_obj(obj, raw, where)
@@ -139,7 +140,7 @@ class JsonParser:
             if body and body[0] in "{[":
                 try:
                     _LENIENT.decode(body)
-                except json.JSONDecodeError as e:
+                except JSON_FAILURES as e:
                     res.errors.append(_json_error("tool call in ```json block", body, e))
                     bad_fences.append((m.start(), m.end()))
         i = 0
@@ -149,11 +150,13 @@ class JsonParser:
                 continue
             try:
                 obj, end = decoder.raw_decode(text, i)
-            except json.JSONDecodeError as e:
+            except JSON_FAILURES as e:
                 in_bad_fence = any(a <= i < b for a, b in bad_fences)
                 if self._call_start.match(text, i) and not in_bad_fence:
                     # It starts like a call ({"name": ...) but does not parse: tell the model.
                     res.errors.append(_json_error("tool call", text[i : i + 200], e))
+                    i = self._skip_object(text, i)
+                elif isinstance(e, RecursionError):  # deep brackets that are no call: skip them whole, once
                     i = self._skip_object(text, i)
                 else:
                     i += 1
@@ -221,12 +224,13 @@ class ReActParser:
         for n, m in enumerate(self._action.finditer(text), start=1):
             where = f"Action {n}"
             name = m.group(1).strip().strip("`'\"")
-            inp = self._input.search(text, m.end())
             next_action = self._action.search(text, m.end())
+            # Only up to the next Action line: text of many Action lines stays linear.
+            inp = self._input.search(text, m.end(), next_action.start() if next_action else len(text))
             if not name:
                 res.errors.append(f'{where}: empty tool name after "Action:"')
                 continue
-            if inp is None or (next_action is not None and inp.start() > next_action.start()):
+            if inp is None:
                 res.errors.append(f'{where}: "Action: {name}" needs an "Action Input:" line after it')
                 continue
             body_start = inp.end()
@@ -238,7 +242,7 @@ class ReActParser:
             if stripped.startswith("{"):
                 try:
                     obj, end = _LENIENT.raw_decode(stripped)
-                except json.JSONDecodeError as e:
+                except JSON_FAILURES as e:
                     res.errors.append(_json_error(f"{where} ({name})", stripped, e))
                     continue
                 if stripped[end:].strip():
