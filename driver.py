@@ -30,11 +30,11 @@ from relay.algos import (
     overlong_penalty,
 )
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
-from relay.config import Config, ConfigError, load_config, save_resolved
+from relay.config import Config, ConfigError, load_config
 from relay.data import PromptIterator
 from relay.loggers import make_loggers
 from relay.progress import phase
-from relay.run import PhaseTimer, resolve_model_path, run_folder, split, summarize, task_rows
+from relay.run import PhaseTimer, create_run_folder, resolve_model_path, run_folder, split, summarize, task_rows
 from relay.types import Batch
 
 
@@ -182,9 +182,8 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
 
 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
-    run_dir = run_folder(cfg, resume)
-    save_resolved(cfg, run_dir / "config.yaml")
-    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
+    run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
+    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
     start_step, state, groups = 0, {"rewards": [], "accuracy_before": None}, None
     if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
@@ -197,7 +196,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     else:
         random.seed(cfg.run.seed)
     with phase("starting Ray"):
-        connect(cfg)
+        connect(cfg)  # and check that the cluster can hold every role
+    create_run_folder(cfg, run_dir)
     kl_ctl = make_kl_controller(
         cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
     )
@@ -246,13 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
-    except ConfigError as e:
-        print(e, file=sys.stderr)
+        train(cfg, resume=args.resume)
+    except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
+        print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
         return 2
-    train(cfg, resume=args.resume)
     return 0
 
 
