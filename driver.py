@@ -35,6 +35,7 @@ from relay.data import PromptIterator
 from relay.loggers import make_loggers
 from relay.progress import phase
 from relay.run import PhaseTimer, create_run_folder, resolve_model_path, run_folder, split, summarize, task_rows
+from relay.samples import SampleWriter
 from relay.types import Batch
 
 
@@ -116,12 +117,14 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     ), metrics  # all groups flat after every try: train on the last batch
 
 
-def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) -> dict[str, float]:
+def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, sample_writer=None) -> dict[str, float]:
     """One RL step; returns its metrics."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
+        if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
+            sample_writer.write(step + 1, samples)
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             ray.get([w.sleep.remote() for w in actors.rollout])
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
@@ -198,6 +201,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     with phase("starting Ray"):
         connect(cfg)  # and check that the cluster can hold every role
     create_run_folder(cfg, run_dir)
+    samples = SampleWriter.from_config(cfg, run_dir, path)  # logging.samples_every: episodes as text
     kl_ctl = make_kl_controller(
         cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
     )
@@ -216,7 +220,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             with phase(f"held-out accuracy before training ({len(eval_rows)} prompts)"):
                 state["accuracy_before"] = evaluate(actors, eval_rows)
         for step in range(start_step, cfg.training.steps):
-            metrics = train_step(cfg, actors, prompts, step, kl_ctl)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl, samples)
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics["eval/accuracy"] = evaluate(actors, eval_rows)
