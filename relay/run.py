@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import statistics
 import time
 from contextlib import contextmanager
@@ -39,12 +41,20 @@ def _unstarted(folder: Path) -> bool:
 
 
 def create_run_folder(cfg: Config, run_dir: Path) -> None:
-    """Make the run folder and write the resolved config.yaml into it."""
+    """Make the run folder and write the resolved config.yaml into it. If the process ends before
+    the run wrote anything else (an actor that cannot start, a crash in the first step), the
+    folder is removed again, so it leaves nothing behind."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_resolved(cfg, run_dir / "config.yaml")
     except OSError as e:
         raise ConfigError([f"run.output_dir: cannot create {run_dir} ({e.strerror or e})"]) from None
+    atexit.register(remove_if_unstarted, run_dir)
+
+
+def remove_if_unstarted(run_dir: Path) -> None:
+    if _unstarted(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def resolve_model_path(cfg: Config) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 import driver
 from relay.config import ConfigError, load_config
-from relay.run import create_run_folder, run_folder
+from relay.run import create_run_folder, remove_if_unstarted, run_folder
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "relay/models/shipped/tiny"
@@ -108,6 +108,11 @@ def test_a_run_folder_left_before_the_first_step_is_reused(tmp_path):
     (first / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
     assert run_folder(cfg, resume=False) == tmp_path / "r-1"
     assert run_folder(cfg, resume=True) == first
+    remove_if_unstarted(first)  # at exit: a folder with a run's results stays
+    assert first.exists()
+    (first / "metrics.jsonl").write_text("")
+    remove_if_unstarted(first)  # one the run never wrote to goes
+    assert not first.exists()
 
 
 def test_unwritable_output_dir_at_creation_is_one_line(tmp_path):
