@@ -2,6 +2,8 @@
 right after connecting, naming the role and the resource, with no run folder left behind; and a
 short run writes its sample episodes, which `python -m relay.show` prints."""
 
+import pytest
+
 import driver
 from actors.feasibility import autoscaler_configured
 from relay import show
@@ -30,6 +32,7 @@ def test_unsatisfiable_resources_fail_fast_naming_the_role(tmp_path, capsys, ray
     assert not out.exists()
 
 
+@pytest.mark.slow  # a whole (short) run; the default tier's e2e runs check their sample files too
 def test_a_run_writes_sample_episodes_that_show_prints(tmp_path, capsys, ray_session):
     assert driver.main([f"run.output_dir={tmp_path}", "run.name=seen", "logging.samples_every=1", *SMALL]) == 0
     samples = tmp_path / "seen" / "samples"
