@@ -19,6 +19,7 @@ fix on its next turn. Text that is not a call at all is ignored (no calls, no er
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import Any, ClassVar
 
@@ -130,10 +131,12 @@ class JsonParser:
     result_role = "tool"
     _fence = re.compile(r"```(?:json)?[ \t]*\n(.*?)```", re.S)
     _call_start = re.compile(r'\{\s*"(?:name|arguments)"\s*:')
+    # Where a call or a list of calls can start: an object with a string key (or empty), a list
+    # of objects or lists (or empty). Other brackets are skipped without decoding.
+    _candidate = re.compile(r'\{\s*["}]|\[\s*[\[{\]]')
 
     def parse(self, text: str) -> ParseResult:
         res = ParseResult()
-        decoder = _LENIENT
         bad_fences = []
         for m in self._fence.finditer(text):
             body = m.group(1).strip()
@@ -144,12 +147,10 @@ class JsonParser:
                     res.errors.append(_json_error("tool call in ```json block", body, e))
                     bad_fences.append((m.start(), m.end()))
         i = 0
-        while i < len(text):
-            if text[i] not in "{[":
-                i += 1
-                continue
+        while (start := self._candidate.search(text, i)) is not None:
+            i = start.start()
             try:
-                obj, end = decoder.raw_decode(text, i)
+                obj, end = _decode_at(text, i)
             except JSON_FAILURES as e:
                 in_bad_fence = any(a <= i < b for a, b in bad_fences)
                 if self._call_start.match(text, i) and not in_bad_fence:
@@ -192,6 +193,24 @@ class JsonParser:
 
     def format_result(self, call: ToolCall, result_text: str) -> str:
         return result_text
+
+
+def _decode_at(text: str, i: int, window: int = 1024) -> tuple[Any, int]:
+    """_LENIENT.raw_decode(text, i) for text[i] in "{[", reading a growing window of the text from i.
+
+    json's error reports count the lines of the whole text before the error, so failing at every
+    bracket of a long turn would cost quadratic time; in a window a failure costs what it read.
+    A failure at the window's end (or in a string the window cut) is retried with a larger one."""
+    while True:
+        chunk = text[i : i + window]
+        try:
+            obj, end = _LENIENT.raw_decode(chunk)
+            return obj, i + end
+        except json.JSONDecodeError as e:
+            cut = i + window < len(text) and (e.pos >= len(chunk) - 6 or e.msg.startswith("Unterminated string"))
+            if not cut:
+                raise
+        window *= 4
 
 
 class ReActParser:

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.tools.parsers import PARSERS, ParseResult, ToolCall, get_parser
+from relay.tools.calls import _LENIENT, JSON_FAILURES
+from relay.tools.parsers import PARSERS, ParseResult, ToolCall, _decode_at, get_parser
 from relay.tools.registry import ToolRegistry, ToolResult
 
 NAMES = sorted(PARSERS)  # every name get_parser answers to (function_call and its alias pythonic too)
@@ -189,6 +190,31 @@ def test_long_repetitive_text_is_parsed(name):
         "```json\n{" * 5_000,
     ]:
         check(get_parser(name).parse(text))
+
+
+@FUZZ
+@given(
+    value=json_values,
+    before=st.text(max_size=5),
+    after=st.text(max_size=5),
+    window=st.integers(1, 16),
+    data=st.data(),
+)
+def test_windowed_decoding_reads_what_raw_decode_reads(value, before, after, window, data):
+    """The JSON parser decodes in growing windows (linear time on hostile text): same values and
+    ends as json's raw_decode over the whole text, and a failure wherever raw_decode fails."""
+    outer = data.draw(st.sampled_from([[value], {"k": value}]), label="outer")  # it starts at { or [
+    text = before + json.dumps(outer, ensure_ascii=data.draw(st.booleans())) + after
+    i = len(before)
+    cut = data.draw(st.integers(i, len(text)), label="cut")  # also texts that end mid-value
+    for t in (text, text[:cut]):
+        try:
+            expected = _LENIENT.raw_decode(t, i)
+        except JSON_FAILURES:
+            with pytest.raises(JSON_FAILURES):
+                _decode_at(t, i, window)
+            continue
+        assert _decode_at(t, i, window) == expected
 
 
 def test_the_limits_are_named_for_the_model():
