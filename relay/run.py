@@ -61,15 +61,19 @@ def resolve_model_path(cfg: Config) -> str:
     """The folder (or hub name) every role loads: `tiny` is a model shipped in the repository
     (the task's own warm start for the built-in agent tasks); nothing is built or downloaded.
     Any other folder or hub name is checked here, before Ray or an actor starts (ConfigError)."""
-    if cfg.model.path == "tiny":
+    m = cfg.model
+    if m.path == "tiny":
         from relay.models.shipped import tiny_model
 
-        return str(tiny_model(cfg.task.env))
-    local = Path(cfg.model.path).expanduser()
-    path = str(local) if local.exists() else cfg.model.path
-    check_model_source(path, "model.path", cfg.model.trust_remote_code, tokenizer=cfg.model.tokenizer_path is None)
+        path = str(tiny_model(cfg.task.env))
+    else:
+        local = Path(m.path).expanduser()
+        path = str(local) if local.exists() else m.path
+        check_model_source(path, "model.path", m.trust_remote_code, tokenizer=m.tokenizer_path is None)
     if cfg.model.tokenizer_path is not None:
         check_model_source(cfg.model.tokenizer_path, "model.tokenizer_path", model=False)
+    if cfg.critic.enabled and cfg.critic.model_path is not None:
+        check_model_source(cfg.critic.model_path, "critic.model_path", cfg.model.trust_remote_code, tokenizer=False)
     return path
 
 

@@ -67,6 +67,8 @@ def test_model_folder_without_tokenizer_or_weights(capsys, tmp_path):
     shutil.copy(TINY / "tokenizer.json", folder)
     line = fails(capsys, tmp_path, f"model.path={folder}")
     assert f"model.path: the folder {folder} is missing model weights" in line, line
+    line = fails(capsys, tmp_path, f"model.tokenizer_path={tmp_path}")  # the shipped model, another tokenizer
+    assert f"model.tokenizer_path: the folder {tmp_path} is missing a tokenizer" in line, line
 
 
 def test_hub_name_offline_names_the_key(capsys, tmp_path, monkeypatch):
