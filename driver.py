@@ -31,13 +31,23 @@ from relay.algos import (
 )
 from relay.checkpoint import capture_rng, restore_rng, save_checkpoint
 from relay.checkpoint_resume import resume_checkpoint
-from relay.config import Config, ConfigError, load_config, save_resolved
+from relay.config import Config, ConfigError, load_config
 from relay.data import PromptIterator
 from relay.envs.scoring import neutralize_reward_errors
 from relay.failures import FailureWatch, RunFailed, step_failures
 from relay.loggers import make_loggers
 from relay.progress import phase
-from relay.run import PhaseTimer, eval_metrics, resolve_model_path, run_folder, split, summarize, task_rows
+from relay.run import (
+    PhaseTimer,
+    create_run_folder,
+    eval_metrics,
+    resolve_model_path,
+    run_folder,
+    split,
+    summarize,
+    task_rows,
+)
+from relay.samples import SampleWriter
 from relay.types import Batch
 
 
@@ -122,12 +132,16 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     ), metrics  # all groups flat after every try: train on the last batch
 
 
-def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, watch: FailureWatch) -> dict:
+def train_step(
+    cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, watch: FailureWatch, sample_writer=None
+) -> dict:
     """One RL step; returns its metrics."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
+        if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
+            sample_writer.write(step + 1, samples)
         neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             ray.get([w.sleep.remote() for w in actors.rollout])
@@ -192,9 +206,8 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, 
 
 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
-    run_dir = run_folder(cfg, resume)
-    save_resolved(cfg, run_dir / "config.yaml")
-    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
+    run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
+    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
     start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
     if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
@@ -207,7 +220,9 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     else:
         random.seed(cfg.run.seed)
     with phase("starting Ray"):
-        connect(cfg)
+        connect(cfg)  # and check that the cluster can hold every role
+    create_run_folder(cfg, run_dir)
+    samples = SampleWriter.from_config(cfg, run_dir, path)  # logging.samples_every: episodes as text
     kl_ctl = make_kl_controller(
         cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
     )
@@ -227,7 +242,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         for step in range(start_step, cfg.training.steps):
-            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples)
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics.update(evaluate(cfg, actors, eval_rows))
@@ -257,15 +272,14 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
-    try:
         train(cfg, resume=args.resume)
-    except RunFailed as e:
+    except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
+        print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
+        return 2
+    except RunFailed as e:  # a run of nothing but failures, or a checkpoint it cannot resume from
         print(f"relay: the run stopped: {e}", file=sys.stderr)
         return 1
     return 0

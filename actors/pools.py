@@ -13,6 +13,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.critic import Critic
 from actors.env import EnvPool
+from actors.feasibility import check_feasible
 from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
@@ -24,9 +25,14 @@ NAMESPACE = "relay"
 
 
 def connect(cfg: Config) -> None:
-    """Join the cluster named by config or RAY_ADDRESS (set by `ray job submit`); else start one."""
-    if ray.is_initialized():
-        return
+    """Join the cluster named by config or RAY_ADDRESS (set by `ray job submit`), else start one;
+    then check that the cluster can hold every role's actors (ConfigError naming the role if not)."""
+    if not ray.is_initialized():
+        _init(cfg)
+    check_feasible({role: (res, _bundle(res)) for role, res in actor_roles(cfg).items()})
+
+
+def _init(cfg: Config) -> None:
     address = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, namespace=NAMESPACE)

@@ -268,8 +268,14 @@ class LoggingConfig:
     # None: a SQLite store in run_dir (see relay.loggers.MLflowLogger for why not a file store).
     mlflow_tracking_uri: str | None = None
     mlflow_experiment: str = "relay"
-    # Non-TTY console (e.g. `ray job submit` logs): one line every this many steps.
+    # The console prints the first step, every this many steps, and the last (on a terminal a
+    # progress bar shows every step as well).
     console_every: int = 10
+    # Full episodes as readable text in run_dir/samples/step_XXXXXX.txt (the prompt, each model turn
+    # with its tool calls, observations, rewards, finish reason) at the first step, every this many
+    # steps and the last; 0: none. `python -m relay.show runs/<name>` prints the latest.
+    samples_every: int = 10
+    samples_per_write: int = 4  # episodes per file
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ they are given directly (library use), so a check is written once."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
@@ -36,6 +37,7 @@ def validate(cfg: Config) -> list[str]:
             p.append(msg)
 
     t, r, a, res = cfg.training, cfg.rollout, cfg.algorithm, cfg.resources
+    p += validate_run(cfg)
     need(t.steps >= 1, f"training.steps: must be >= 1, got {t.steps}")
     need(t.prompts_per_step >= 1, f"training.prompts_per_step: must be >= 1, got {t.prompts_per_step}")
     need(t.lr > 0, f"training.lr: must be > 0, got {t.lr}")
@@ -189,6 +191,23 @@ def validate_user_code(task: TaskConfig) -> list[str]:
     return p
 
 
+def validate_run(cfg: Config) -> list[str]:
+    """run.name is one folder name; run.output_dir can be created and written, checked now rather
+    than after Ray and the actors have started."""
+    p, name = [], cfg.run.name
+    if not name.strip() or name in (".", "..") or any(c in name for c in ("/", "\\", "\0", os.sep)):
+        p.append(f"run.name: must be one folder name (no path separators, not '.' or '..'), got {name!r}")
+    out = Path(cfg.run.output_dir).expanduser()
+    existing = out
+    while not existing.exists() and existing.parent != existing:  # where the folders would be created
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        p.append(f"run.output_dir: {existing} is a file, not a folder (output_dir is {cfg.run.output_dir})")
+    elif existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
+        p.append(f"run.output_dir: cannot write to {existing} (output_dir is {cfg.run.output_dir})")
+    return p
+
+
 def validate_tools(cfg: Config) -> list[str]:
     """tools.*: the parser, the sandbox, the client knobs, the tool functions, the executors."""
     tl, p = cfg.tools, []
@@ -272,6 +291,12 @@ def validate_logging(lg: LoggingConfig) -> list[str]:
     """logging.*: the enabled loggers' packages are importable, so a missing one fails here and
     not after every actor has loaded a model."""
     p = []
+    if lg.console_every < 1:
+        p.append(f"logging.console_every: must be >= 1, got {lg.console_every}")
+    if lg.samples_every < 0:
+        p.append(f"logging.samples_every: must be >= 0 (0: no sample files), got {lg.samples_every}")
+    if lg.samples_per_write < 1:
+        p.append(f"logging.samples_per_write: must be >= 1, got {lg.samples_per_write}")
     if lg.wandb and lg.wandb_mode not in WANDB_MODES:
         p.append(f"logging.wandb_mode: {lg.wandb_mode!r} is not one of {list(WANDB_MODES)}")
     for key in ("tensorboard", "wandb", "mlflow"):

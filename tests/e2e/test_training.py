@@ -31,6 +31,8 @@ def test_default_training_raises_heldout_accuracy(tmp_path, ray_session):
     # Step-0 agreement through the actors: engine logprobs vs the learner's, same tokens.
     assert first["rollout/logprob_diff_max"] < 1e-3
     assert (Path(summary["run_dir"]) / "config.yaml").exists()
+    samples = sorted(p.name for p in (Path(summary["run_dir"]) / "samples").iterdir())  # logging.samples_every=10
+    assert samples == ["step_000001.txt", *(f"step_{s:06d}.txt" for s in range(10, 61, 10))]
 
 
 def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session):
