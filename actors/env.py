@@ -14,15 +14,27 @@ from relay.types import Sample
 
 
 class EnvPool:
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, index: int = 0):
         self.reward_fn = resolve_dotted(cfg.task.reward_fn)
         self.envs = EnvRunner(resolve_dotted(cfg.task.env)) if cfg.task.env else None
+        # What __repr__ reports: plain counters bumped where the work happens. Calls are
+        # environment resets and steps plus reward-function calls; errors are those that raised.
+        self.index, self.calls, self.errors = index, 0, 0
+
+    def __repr__(self) -> str:
+        return f"EnvPool(env-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
-        return self.envs.reset(episode_ids, rows)
+        results = self.envs.reset(episode_ids, rows)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def step(self, episode_ids: list[str], actions: list[str]) -> list[StepResult]:
-        return self.envs.step(episode_ids, actions)
+        results = self.envs.step(episode_ids, actions)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def close(self, episode_ids: list[str]) -> None:
         self.envs.close(episode_ids)
@@ -40,6 +52,7 @@ class EnvPool:
                 rewards.append(0.0)
                 errors += 1
                 last_error = traceback.format_exc(limit=3)
+        self.calls, self.errors = self.calls + len(samples), self.errors + errors
         if errors:
             print(f"EnvPool: reward function failed on {errors}/{len(samples)} samples; last error:\n{last_error}")
         return rewards, {"reward/errors": float(errors)}

@@ -161,7 +161,7 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
         "tools",
         tl.executors,
         run_name,
-        lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers),
+        lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers, i),
         groups,
     )
     try:
@@ -208,7 +208,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
-        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,), groups)
+        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(
             RolloutWorker,

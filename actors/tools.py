@@ -24,6 +24,7 @@ class ToolExecutor:
         sandbox: str = "bwrap",
         registry: ToolRegistry | None = None,
         max_workers: int = 0,
+        index: int = 0,
     ):
         """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
         sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
@@ -36,6 +37,12 @@ class ToolExecutor:
         self.max_workers = max_workers or 2 * (os.cpu_count() or 1)  # see ToolServerConfig.max_concurrency
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="relay-tool")
         self._server: ToolServer | None = None
+        # What __repr__ reports: plain counters bumped where calls finish (run_batch; the HTTP
+        # server's runs are the server's own business and are not counted here).
+        self.index, self.calls, self.errors = index, 0, 0
+
+    def __repr__(self) -> str:
+        return f"ToolExecutor(tools-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def schemas(self) -> list[dict]:
         return self.registry.schemas()
@@ -50,7 +57,9 @@ class ToolExecutor:
 
     def run_batch(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run calls in parallel (at most max_workers at once); results in call order. Never raises."""
-        return list(self._pool.map(self.registry.call, calls))
+        results = list(self._pool.map(self.registry.call, calls))
+        self.calls, self.errors = self.calls + len(results), self.errors + sum(not r.ok for r in results)
+        return results
 
     def start_server(self, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 0) -> str:
         """Serve this executor's sandbox over HTTP (relay.tools.server protocol); returns the URL."""
