@@ -223,6 +223,9 @@ class CheckpointConfig:
     every: int = 0  # steps between checkpoints; 0: only the last step
     keep_last_n: int = 2
     save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+    # SIGINT / SIGTERM (Ctrl-C, `ray job stop`): checkpoint the last finished step before stopping,
+    # even when `every` does not make it due (false: keep only the checkpoints `every` writes).
+    on_stop: bool = True
 
 
 @dataclass(frozen=True)
