@@ -166,7 +166,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
             sync_weights(actors, version=step + 1)
     metrics = {
         keys.REWARD_MEAN: batch.rewards.mean().item(),
-        "reward/std": batch.rewards.std(correction=0).item(),
+        keys.REWARD_STD: batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask)
         .max()
