@@ -184,7 +184,9 @@ def grafana_metric_names() -> set[str]:
 @pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")
 def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_path):
     """Two real steps of the tool-using math task with a reference policy (so tool and KL metrics
-    exist too), then the node's Prometheus export must hold every metric the dashboard queries."""
+    exist too), then the node's Prometheus export must hold every metric the dashboard queries.
+    The sandbox's interpreter is /usr/bin/false, so every tool call fails: Ray exports a counter
+    only once it has counted something, and the tool-error counter must have a series."""
     names = grafana_metric_names()
     assert len(names) >= 12, names  # the parse found the queries
     cfg = load_config(
@@ -192,6 +194,7 @@ def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_
         [
             f"run.output_dir={tmp_path}",
             "run.name=grafana-names",
+            "tools.sandbox_limits.python=/usr/bin/false",
             "training.steps=2",
             "training.prompts_per_step=2",
             "rollout.n=2",
