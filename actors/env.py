@@ -14,12 +14,14 @@ from relay.types import Sample
 
 
 class EnvPool:
+    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, index: int = 0):
-        self.reward_fn = resolve_dotted(cfg.task.reward_fn)
-        self.envs = EnvRunner(resolve_dotted(cfg.task.env)) if cfg.task.env else None
         # What __repr__ reports: plain counters bumped where the work happens. Calls are
         # environment resets and steps plus reward-function calls; errors are those that raised.
         self.index, self.calls, self.errors = index, 0, 0
+        self.reward_fn = resolve_dotted(cfg.task.reward_fn)
+        self.envs = EnvRunner(resolve_dotted(cfg.task.env)) if cfg.task.env else None
 
     def __repr__(self) -> str:
         return f"EnvPool(env-{self.index}, {self.calls} calls, {self.errors} errors)"

@@ -19,6 +19,8 @@ from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class Reference:
+    batches = 0  # __repr__'s field; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         self.temperature = cfg.rollout.temperature
@@ -35,6 +37,8 @@ class Reference:
 
 
 class Learner:
+    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)

@@ -29,6 +29,10 @@ from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class RolloutWorker:
+    # __repr__'s fields, here too as class attributes: when __init__ raises, Ray calls __repr__ on
+    # the half-built instance for the error message, and a repr that raised would hide the error.
+    index, weights_version, rollout_version, tokens_per_s = 0, 0, None, 0.0
+
     def __init__(
         self,
         cfg: Config,

@@ -18,6 +18,8 @@ from relay.tools.server import ToolServer
 
 
 class ToolExecutor:
+    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+
     def __init__(
         self,
         sandbox_limits: SandboxConfig | None = None,
@@ -28,6 +30,7 @@ class ToolExecutor:
     ):
         """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
         sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
+        self.index, self.calls, self.errors = index, 0, 0  # see __repr__
         self.sandbox_limits = sandbox_limits or SandboxConfig()
         self.sandbox = sandbox
         self._run = make_runner(sandbox, self.sandbox_limits)
@@ -37,11 +40,9 @@ class ToolExecutor:
         self.max_workers = max_workers or 2 * (os.cpu_count() or 1)  # see ToolServerConfig.max_concurrency
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="relay-tool")
         self._server: ToolServer | None = None
-        # What __repr__ reports: plain counters bumped where calls finish (run_batch; the HTTP
-        # server's runs are the server's own business and are not counted here).
-        self.index, self.calls, self.errors = index, 0, 0
 
     def __repr__(self) -> str:
+        """Counts calls where they finish (run_batch; the HTTP server's runs are not counted here)."""
         return f"ToolExecutor(tools-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def schemas(self) -> list[dict]:

@@ -185,7 +185,7 @@ def grafana_metric_names() -> set[str]:
 def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_path):
     """Two real steps of the tool-using math task with a reference policy (so tool and KL metrics
     exist too), then the node's Prometheus export must hold every metric the dashboard queries.
-    The sandbox's interpreter is /usr/bin/false, so every tool call fails: Ray exports a counter
+    The sandbox takes code of at most 1 byte, so every tool call fails: Ray exports a counter
     only once it has counted something, and the tool-error counter must have a series."""
     names = grafana_metric_names()
     assert len(names) >= 12, names  # the parse found the queries
@@ -194,7 +194,7 @@ def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_
         [
             f"run.output_dir={tmp_path}",
             "run.name=grafana-names",
-            "tools.sandbox_limits.python=/usr/bin/false",
+            "tools.sandbox_limits.max_code_bytes=1",
             "training.steps=2",
             "training.prompts_per_step=2",
             "rollout.n=2",

@@ -113,3 +113,10 @@ def test_env_pool_and_tool_executor_reprs_count_calls_and_errors(cfg):
         assert repr(executor) == "ToolExecutor(tools-1, 3 calls, 2 errors)"
     finally:
         executor.close()
+
+
+@pytest.mark.parametrize("cls", [RolloutWorker, Learner, Reference, Critic, EnvPool, ToolExecutor])
+def test_repr_of_an_instance_whose_init_failed(cls):
+    """Ray calls __repr__ for the error of an __init__ that raised; a repr that raised in turn
+    would replace that error with a worker crash (seen with an unbuildable sandbox)."""
+    assert repr(object.__new__(cls)).startswith(cls.__name__ + "(")
