@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from tests.e2e.test_ray_job import processes_naming
+from tests.prometheus import export_port
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = [
@@ -41,9 +42,24 @@ def steps_logged(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def stop_after(argv: list[str], run_dir: Path, steps: int, signum: int, env: dict, group: bool) -> tuple[int, str]:
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses with a listening TCP socket on `port` (/proc/net/tcp and tcp6, hex)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def stop_after(
+    argv: list[str], run_dir: Path, steps: int, signum: int, env: dict, group: bool, check=None
+) -> tuple[int, str]:
     """Start `python driver.py argv`, send `signum` to it (`group`: to its process group) once
-    `steps` steps are logged; returns its exit status and everything it printed."""
+    `steps` steps are logged, after calling `check()` if given; returns its exit status and
+    everything it printed."""
     proc = subprocess.Popen(
         [sys.executable, "driver.py", *argv],
         cwd=REPO,
@@ -58,6 +74,8 @@ def stop_after(argv: list[str], run_dir: Path, steps: int, signum: int, env: dic
         while len(steps_logged(run_dir)) < steps and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
         assert proc.poll() is None, f"the driver ended before it was stopped:\n{proc.communicate()[0][-3000:]}"
+        if check is not None:
+            check()
         (os.killpg if group else os.kill)(proc.pid, signum)
         out, _ = proc.communicate(timeout=180)
         return proc.returncode, out
@@ -72,9 +90,23 @@ def test_sigint_stops_cleanly_and_the_resumed_run_stops_on_sigterm(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     run_dir = tmp_path / "stop"
+
+    def metrics_export_on_loopback_only():  # the Ray the driver started (actors/pools.py, loopback_node)
+        port = export_port(str(Path(ray_tmp) / "ray" / "session_latest"))
+        assert port is not None
+        # 0100007F: 127.0.0.1 as /proc/net/tcp writes it; tcp6 would show it v4-mapped
+        assert listening_addresses(port) <= {"0100007F", "0000000000000000FFFF00000100007F"}, port
+        assert listening_addresses(port), port
+
     try:
         status, out = stop_after(
-            [*ARGS, f"run.output_dir={tmp_path}", "run.name=stop"], run_dir, 1, signal.SIGINT, env, group=True
+            [*ARGS, f"run.output_dir={tmp_path}", "run.name=stop"],
+            run_dir,
+            1,
+            signal.SIGINT,
+            env,
+            group=True,
+            check=metrics_export_on_loopback_only,
         )
         assert status == 130, out[-3000:]
         assert "Traceback" not in out, out[-3000:]
