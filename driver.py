@@ -32,9 +32,11 @@ from relay.algos import (
 from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
 from relay.config import Config, ConfigError, load_config, save_resolved
 from relay.data import PromptIterator
+from relay.envs.scoring import neutralize_reward_errors
+from relay.failures import FailureWatch, RunFailed, step_failures
 from relay.loggers import make_loggers
 from relay.progress import phase
-from relay.run import PhaseTimer, resolve_model_path, run_folder, split, summarize, task_rows
+from relay.run import PhaseTimer, eval_metrics, resolve_model_path, run_folder, split, summarize, task_rows
 from relay.stop import RunStopped, StopOnSignal, stop_line
 from relay.types import Batch
 
@@ -64,20 +66,23 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
 
 
 def score(actors, samples) -> dict[str, float]:
-    """Rewards from the EnvPool actors, written onto the samples."""
-    shards = split(samples, len(actors.env)) if len(samples) % len(actors.env) == 0 else [samples]
-    results = ray.get([pool.score.remote(shard) for pool, shard in zip(actors.env, shards)])
-    for sample, reward in zip(samples, [r for rewards, _ in results for r in rewards]):
-        sample.reward = reward
-    return {"reward/errors": sum(m["reward/errors"] for _, m in results)}
+    """Rewards from the EnvPool that ran each sample's episode (its reward function gets the
+    episode's environment), written onto the samples; failed ones keep 0 and say why."""
+    pools = actors.env
+    by_pool = [[s for s in samples if s.meta.get("worker", 0) % len(pools) == i] for i in range(len(pools))]
+    results = ray.get([pool.score.remote(shard) for pool, shard in zip(pools, by_pool) if shard])
+    for shard, (rewards, errors, _) in zip([b for b in by_pool if b], results):
+        for sample, reward, error in zip(shard, rewards, errors):
+            sample.reward, sample.reward_error = reward, error
+    return {"reward/errors": sum(m["reward/errors"] for _, _, m in results), **step_failures(samples)}
 
 
-def evaluate(actors, rows: list[dict]) -> float:
-    """Held-out accuracy: greedy answers, reward 1 counts as correct."""
+def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
+    """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)
     score(actors, samples)
-    return sum(s.reward >= 1.0 for s in samples) / len(samples)
+    return eval_metrics(cfg.task, [s.reward for s in samples])
 
 
 def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
@@ -117,12 +122,13 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     ), metrics  # all groups flat after every try: train on the last batch
 
 
-def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) -> dict[str, float]:
+def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, watch: FailureWatch) -> dict:
     """One RL step; returns its metrics."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
+        neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             ray.get([w.sleep.remote() for w in actors.rollout])
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
@@ -158,10 +164,12 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
             lam=a.lam,
         )
         with timer("update"):
-            updates = [actors.learner.update.remote(batch)] + (
-                [actors.critic.update.remote(batch)] if actors.critic else []
-            )
-            update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
+            update_metrics = {}
+            if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
+                updates = [actors.learner.update.remote(batch)] + (
+                    [actors.critic.update.remote(batch)] if actors.critic else []
+                )
+                update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
             sync_weights(actors, version=step + 1)
     metrics = {
@@ -179,6 +187,7 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
     }
     if actors.reference is not None:
         metrics.update({keys.KL_MEAN: kl_mean, "kl/coef": kl_ctl.value})
+    watch.check(samples, metrics)  # raises RunFailed after too many steps in a row of nothing but failures
     return metrics
 
 
@@ -187,7 +196,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     save_resolved(cfg, run_dir / "config.yaml")
     path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
     train_rows, eval_rows = task_rows(cfg)
-    start_step, state, groups = 0, {"rewards": [], "accuracy_before": None}, None
+    start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
     if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
         groups, state = load_checkpoint(ckpt)  # verified against its manifest before any actor starts
         start_step = state["step"]
@@ -214,16 +223,17 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if actors.critic:
                 ray.get(actors.critic.load_state.remote(groups, state["critic"]))
         sync_weights(actors, version=start_step)
-        if state["accuracy_before"] is None:
-            with phase(f"held-out accuracy before training ({len(eval_rows)} prompts)"):
-                state["accuracy_before"] = evaluate(actors, eval_rows)
+        if state["eval_before"] is None:
+            with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
+                state["eval_before"] = evaluate(cfg, actors, eval_rows)
+        watch = FailureWatch(cfg.training.stop_after_failed_steps)
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
                 raise stop.stopped(step)
-            metrics = train_step(cfg, actors, prompts, step, kl_ctl)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch)
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics["eval/accuracy"] = evaluate(actors, eval_rows)
+                metrics.update(evaluate(cfg, actors, eval_rows))
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
@@ -241,10 +251,10 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 )
             if stopping:
                 raise stop.stopped(step + 1)
-        accuracy_after = evaluate(actors, eval_rows)
+        eval_after = evaluate(cfg, actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
             ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
-    return summarize(state["rewards"], state["accuracy_before"], accuracy_after, run_dir)
+    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         train(cfg, resume=args.resume)
+    except RunFailed as e:
+        print(f"relay: the run stopped: {e}", file=sys.stderr)
+        return 1
     except RunStopped as stopped:  # SIGINT / SIGTERM: one line, the shell's 128 + signal status
         print(stop_line(stopped, argv), flush=True)
         return stopped.exit_code

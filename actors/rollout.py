@@ -137,6 +137,8 @@ class RolloutWorker:
             episode_prefix=f"w{self.index}-{self.episodes_started}",
         )
         seconds = time.perf_counter() - start
+        for s in samples:  # the driver scores each episode on the EnvPool this worker ran it with
+            s.meta["worker"] = self.index
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {
             "rollout/tokens": tokens,

@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 
-def load_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "ground_truth") -> list[dict[str, Any]]:
+def load_rows(
+    path: str | Path, prompt_key: str = "prompt", answer_key: str = "ground_truth", for_env: bool = False
+) -> list[dict[str, Any]]:
+    """Rows for prompts (prompt or messages, and the answer), or, `for_env`, rows given whole to an
+    environment's reset(**row), which need neither (its first observation is the prompt)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"dataset file not found: {path}")
@@ -31,6 +35,8 @@ def load_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "g
                     raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
     else:
         raise ValueError(f"{path}: unsupported dataset format {path.suffix!r} (use .jsonl or .parquet)")
+    if for_env:
+        return [{**rec, "ground_truth": rec[answer_key]} if answer_key in rec else dict(rec) for rec in records]
     rows = []
     for i, rec in enumerate(records):
         if "messages" not in rec and prompt_key not in rec:

@@ -51,22 +51,35 @@ def run_update(
     seed: int,
     weight_by_tokens: bool = True,
 ) -> dict[str, float]:
-    """Train `model` on `batch`; the mean of every metric over micro-batches, and `grad_norm`
-    (before clipping) over optimizer steps."""
+    """Train `model` on `batch`; the mean of every metric over micro-batches, `grad_norm` (before
+    clipping) over optimizer steps taken, and counts of the steps taken and skipped. A step whose
+    loss or gradient norm is not finite is skipped: the weights and the optimizer state stay as
+    they were (the skip counts say why)."""
     history: dict[str, list[float]] = {}
+    counts = dict.fromkeys(
+        ("optimizer_steps", "skipped_steps", "skipped_nonfinite_loss", "skipped_nonfinite_grad_norm"), 0.0
+    )
     generator = shuffle_generator(seed, batch)
     for _ in range(training.ppo_epochs):
         for mini_idx in mini_batch_indices(len(batch), training.mini_batches, generator):
             mini = batch.select(mini_idx)
             mini_tokens = mini.loss_mask.sum().clamp(min=1)
             optimizer.zero_grad(set_to_none=True)
+            finite_loss = True
             for micro_idx in torch.arange(len(mini)).split(training.micro_batch_size):
                 micro = mini.select(micro_idx)
                 loss, metrics = loss_fn(micro)
+                finite_loss &= bool(torch.isfinite(loss.detach()))
                 (loss * micro_batch_weight(micro, mini, mini_tokens, weight_by_tokens)).backward()
                 for k, v in metrics.items():
                     history.setdefault(k, []).append(v)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.grad_clip)
-            optimizer.step()
-            history.setdefault("grad_norm", []).append(float(grad_norm))
-    return {k: float(np.mean(v)) for k, v in history.items()}
+            if finite_loss and torch.isfinite(grad_norm):
+                optimizer.step()
+                history.setdefault("grad_norm", []).append(float(grad_norm))
+                counts["optimizer_steps"] += 1
+            else:  # a NaN or inf never reaches the weights, nor the optimizer's moments
+                optimizer.zero_grad(set_to_none=True)
+                counts["skipped_steps"] += 1
+                counts["skipped_nonfinite_loss" if not finite_loss else "skipped_nonfinite_grad_norm"] += 1
+    return {**{k: float(np.mean(v)) for k, v in history.items()}, **counts}

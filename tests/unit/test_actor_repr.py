@@ -11,6 +11,7 @@ from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from relay.config import load_config
 from relay.envs.arithmetic import make_rows
+from relay.envs.scoring import Scorer
 from relay.tools.calls import ToolCall
 from relay.tools.registry import ToolRegistry, tool
 from relay.types import Batch, Sample
@@ -87,7 +88,7 @@ def test_env_pool_and_tool_executor_reprs_count_calls_and_errors(cfg):
         return 1.0
 
     pool = EnvPool(cfg, index=2)
-    pool.reward_fn = flaky_reward
+    pool.scorer = Scorer(flaky_reward)
     assert repr(pool) == "EnvPool(env-2, 0 calls, 0 errors)"
     samples = [Sample(prompt_ids=[1], response_ids=[2], loss_mask=[1], reward=r) for r in (0.0, -1.0, 0.0)]
     pool.score(samples)
