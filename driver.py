@@ -48,6 +48,7 @@ from relay.run import (
     task_rows,
 )
 from relay.samples import SampleWriter
+from relay.stop import RunStopped, StopOnSignal, stop_line
 from relay.types import Batch
 
 
@@ -188,7 +189,7 @@ def train_step(
             sync_weights(actors, version=step + 1)
     metrics = {
         keys.REWARD_MEAN: batch.rewards.mean().item(),
-        "reward/std": batch.rewards.std(correction=0).item(),
+        keys.REWARD_STD: batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask)
         .max()
@@ -229,6 +230,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     if "kl_ctl" in state:
         kl_ctl.load_state_dict(state["kl_ctl"])
     with (
+        StopOnSignal(run_dir) as stop,  # Ctrl-C / SIGTERM: stop after this step; again: abandon it
         actor_pools(cfg, path, run_dir.name) as actors,
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
@@ -242,6 +244,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         for step in range(start_step, cfg.training.steps):
+            if stop.requested:  # a signal came before training started
+                raise stop.stopped(step)
             metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples)
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
@@ -250,7 +254,9 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
                 report(step + 1, metrics)
-            if step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
+            stopping = stop.requested  # read once: the checkpoint and the stop agree
+            due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
+            if due or (stopping and cfg.checkpoint.on_stop):
                 tensors, state["learner"] = ray.get(actors.learner.state.remote())
                 if actors.critic:
                     critic_tensors, state["critic"] = ray.get(actors.critic.state.remote())
@@ -259,6 +265,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 save_checkpoint(
                     run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n
                 )
+            if stopping:
+                raise stop.stopped(step + 1)
         eval_after = evaluate(cfg, actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
             ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
@@ -272,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
@@ -282,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as e:  # a run of nothing but failures, or a checkpoint it cannot resume from
         print(f"relay: the run stopped: {e}", file=sys.stderr)
         return 1
+    except RunStopped as stopped:  # SIGINT / SIGTERM: one line, the shell's 128 + signal status
+        print(stop_line(stopped, argv), flush=True)
+        return stopped.exit_code
+    except KeyboardInterrupt:  # before the run's signal handlers were in place
+        print("relay: interrupted before training started", flush=True)
+        return 130
     return 0
 
 

@@ -23,6 +23,8 @@ from relay.update_loop import run_update
 
 
 class Critic:
+    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed + 1)
@@ -41,6 +43,8 @@ class Critic:
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        # What __repr__ reports: plain attributes set where the work happens (see Learner).
+        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -61,8 +65,14 @@ class Critic:
             weight_by_tokens=True,
         )
         out = {f"critic/{k}": v for k, v in metrics.items()}
-        out["time/critic_update_s"] = time.perf_counter() - start
+        out["time/critic_update_s"] = self.update_seconds = time.perf_counter() - start
+        self.updates += 1
+        self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
+
+    def __repr__(self) -> str:
+        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
+        return f"Critic(critic-0, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         loss, metrics = value_loss(
@@ -79,8 +89,9 @@ class Critic:
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         tensors = {k: v.to("cpu", copy=True) for k, v in tensors.items()}  # a snapshot, not views of live state
         weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton}
+        return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton, "updates": self.updates}
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.model.load_state_dict(groups["critic"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["critic_optimizer"], meta["optimizer"]))
+        self.updates = meta.get("updates", 0)

@@ -15,20 +15,36 @@ from relay.types import Sample
 
 
 class EnvPool:
-    def __init__(self, cfg: Config):
+    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+
+    def __init__(self, cfg: Config, index: int = 0):
+        # What __repr__ reports: plain counters bumped where the work happens. Calls are
+        # environment resets and steps plus samples scored; errors are those that failed.
+        self.index, self.calls, self.errors = index, 0, 0
         t = cfg.task
         self.envs = EnvRunner(EnvMaker(resolve_dotted(t.env), t.env_config)) if t.env else None
         self.scorer = Scorer(resolve_dotted(t.reward_fn_path), self.envs)
 
+    def __repr__(self) -> str:
+        return f"EnvPool(env-{self.index}, {self.calls} calls, {self.errors} errors)"
+
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
-        return self.envs.reset(episode_ids, rows)
+        results = self.envs.reset(episode_ids, rows)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def step(self, episode_ids: list[str], actions: list[str]) -> list[StepResult]:
-        return self.envs.step(episode_ids, actions)
+        results = self.envs.step(episode_ids, actions)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def close(self, episode_ids: list[str]) -> None:
         self.envs.close(episode_ids)
 
     def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
         """One reward per sample and why it has none (None: it has one); relay/envs/scoring.py."""
-        return self.scorer.score(samples)
+        rewards, errors, metrics = self.scorer.score(samples)
+        self.calls, self.errors = self.calls + len(samples), self.errors + sum(e is not None for e in errors)
+        return rewards, errors, metrics

@@ -19,17 +19,26 @@ from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class Reference:
+    batches = 0  # __repr__'s field; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         self.temperature = cfg.rollout.temperature
         self.device = actor_device()
         self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device).eval()
+        self.batches = 0  # for __repr__
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        self.batches += 1
         return compute_logprobs(self.model, batch, self.temperature)
+
+    def __repr__(self) -> str:
+        return f"Reference(reference-0, frozen weights v0, {self.batches} batches scored)"
 
 
 class Learner:
+    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
@@ -43,6 +52,10 @@ class Learner:
         t = cfg.training
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
         self.weights_out = WeightSender(lambda: self.model.state_dict())
+        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
+        # set where the work happens. `updates` is the policy's weight version (the driver tags the
+        # weights after step N's update as version N) and comes back with a checkpoint.
+        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return compute_logprobs(self.model, batch, self.temperature)
@@ -60,8 +73,16 @@ class Learner:
             weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean",
         )
         out = {f"actor/{k}": v for k, v in metrics.items()}
-        out[LEARNER_UPDATE_S] = time.perf_counter() - start
+        out[LEARNER_UPDATE_S] = self.update_seconds = time.perf_counter() - start
+        self.updates += 1
+        self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
+
+    def __repr__(self) -> str:
+        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
+        return (
+            f"Learner(learner-0, weights v{self.updates}, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
+        )
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         a = self.cfg.algorithm
@@ -116,12 +137,14 @@ class Learner:
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        return {"policy": policy, "optimizer": opt_tensors}, {"optimizer": opt_skeleton, "rng": capture_rng()}
+        meta = {"optimizer": opt_skeleton, "rng": capture_rng(), "updates": self.updates}
+        return {"policy": policy, "optimizer": opt_tensors}, meta
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.model.load_state_dict(groups["policy"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
         restore_rng(meta["rng"])
+        self.updates = meta.get("updates", 0)  # checkpoints written before it was saved: unknown, 0
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         from relay.checkpoint import save_hf_model

@@ -251,6 +251,9 @@ class CheckpointConfig:
     # --resume when the newest checkpoint fails verification: false stops and names the newest one
     # that verifies; true resumes from that one (the failing ones are renamed corrupt-step_*).
     fallback: bool = False
+    # SIGINT / SIGTERM (Ctrl-C, `ray job stop`): checkpoint the last finished step before stopping,
+    # even when `every` does not make it due (false: keep only the checkpoints `every` writes).
+    on_stop: bool = True
 
 
 @dataclass(frozen=True)
