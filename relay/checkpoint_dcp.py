@@ -34,7 +34,11 @@ def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
     optimizer state, and `extra` (JSON-able) as rank_<r>.json. Returns when every rank is done."""
     folder = Path(folder)
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
+    dcp.save(
+        {"model": model_state, "optimizer": optimizer_state},
+        checkpoint_id=str(folder),
+        no_dist=not dist.is_initialized(),
+    )
     path = folder / f"rank_{_rank()}.json"
     with open(path, "w", encoding="utf-8") as f:
         json.dump(extra, f)
@@ -50,7 +54,7 @@ def load_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
     folder = Path(folder)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=str(folder))
+    dcp.load(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     path = folder / f"rank_{_rank()}.json"
     return json.loads((path if path.is_file() else folder / "rank_0.json").read_text(encoding="utf-8"))

@@ -114,10 +114,10 @@ def run_update(
     rank: int = 0,
     world_size: int = 1,
 ) -> dict[str, float]:
-    """Train `model` on `batch`; the mean of every metric over micro-batches (of every rank), and
-    `grad_norm` (before clipping) and `lr` over optimizer steps. With world_size > 1 this is one
+    """Train `model` on `batch`; every loss metric of the mini-batches (micro-batch metrics weighted
+    by their share, over every rank), `grad_norm` (before clipping) and `lr` over optimizer steps. With world_size > 1 this is one
     rank of a torch.distributed default group whose ranks all call it with the same batch."""
-    history: dict[str, list[float]] = {}
+    history: dict[str, list] = {}  # loss metrics: (value, weight) per micro-batch; grad_norm, lr: values
     generator = shuffle_generator(seed, batch)
     for _ in range(training.ppo_epochs):
         for mini_idx in mini_batch_indices(len(batch), training.mini_batches, generator):
@@ -136,11 +136,10 @@ def run_update(
                 if training.max_tokens_per_micro_batch:
                     micro = trim_padding(micro)
                 loss, metrics = loss_fn(micro)
-                # FSDP averages gradients over ranks; the weights are shares of the whole mini-batch
-                weight = micro_batch_weight(micro, mini, mini_tokens, weight_by_tokens) * world_size
-                (loss * weight).backward()
+                weight = micro_batch_weight(micro, mini, mini_tokens, weight_by_tokens)
+                (loss * weight * world_size).backward()  # FSDP averages gradients over ranks: undo that
                 for k, v in metrics.items():
-                    history.setdefault(k, []).append(v)
+                    history.setdefault(k, []).append((v, float(weight)))
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.grad_clip)
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # a DTensor (FSDP)
             lr = optimizer.param_groups[0]["lr"]
@@ -165,13 +164,26 @@ def _micro_batches(share: Batch, training: TrainingConfig, world_size: int) -> l
     return micro_batch_rows(lengths, training.micro_batch_size, training.max_tokens_per_micro_batch, int(count))
 
 
-def _means(history: dict[str, list[float]], world_size: int) -> dict[str, float]:
-    """Means over micro-batches (and optimizer steps); over every rank's micro-batches when
-    there are several ranks (grad_norm and lr are already the same on every rank)."""
-    if world_size == 1:
-        return {k: float(np.mean(v)) for k, v in history.items()}
-    keys = sorted(k for k in history if k not in ("grad_norm", "lr"))
-    sums = torch.tensor([[sum(history[k]), len(history[k])] for k in keys], dtype=torch.float64)
-    dist.all_reduce(sums)
-    means = {k: float(total / count) for k, (total, count) in zip(keys, sums.tolist())}
-    return means | {k: float(np.mean(history[k])) for k in ("grad_norm", "lr") if k in history}
+def _means(history: dict[str, list], world_size: int) -> dict[str, float]:
+    """Each loss metric weighted by its micro-batch's share of the mini-batch (what the whole
+    mini-batch's forward would report, however it is cut into micro-batches and ranks), averaged
+    over mini-batches; grad_norm and lr (the same on every rank) averaged over optimizer steps."""
+    per_step = ("grad_norm", "lr")
+    keys = sorted(k for k in history if k not in per_step)
+    sums = torch.tensor(
+        [
+            [
+                sum(v * w for v, w in history[k]),
+                sum(w for _, w in history[k]),
+                sum(v for v, _ in history[k]),
+                len(history[k]),
+            ]
+            for k in keys
+        ],
+        dtype=torch.float64,
+    ).reshape(len(keys), 4)
+    if world_size > 1:
+        dist.all_reduce(sums)
+    # no loss tokens at all (every weight 0): the plain mean
+    means = {k: float(vw / w if w else v / max(n, 1)) for k, (vw, w, v, n) in zip(keys, sums.tolist())}
+    return means | {k: float(np.mean(history[k])) for k in per_step if k in history}

@@ -84,8 +84,9 @@ def test_token_budget_update_equals_fixed_micro_batches(agg_mode):
             seed=0,
             weight_by_tokens=agg_mode == "token-mean",
         )
-        results.append((metrics["grad_norm"], [p.detach().clone() for p in model.parameters()]))
-    (norm, params), rest = results[0], results[1:]
-    for other_norm, other_params in rest:
+        results.append((metrics["grad_norm"], [p.detach().clone() for p in model.parameters()], metrics["loss"]))
+    (norm, params, loss), rest = results[0], results[1:]
+    for other_norm, other_params, other_loss in rest:
         assert other_norm == pytest.approx(norm, rel=1e-5)
+        assert other_loss == pytest.approx(loss, rel=1e-5)  # the mini-batches' loss, however they are cut
         assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(other_params, params))
