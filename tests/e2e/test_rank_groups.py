@@ -8,6 +8,9 @@ import pytest
 from tests.e2e.test_training import metrics, run
 
 
+# About 5 minutes on 2 loaded cores (100 s of it starting the actors): the default tier's 2-rank
+# test is tests/unit/test_fsdp_ranks.py.
+@pytest.mark.slow
 def test_two_learner_ranks_train_the_default_task(tmp_path, ray_session):
     summary = run(
         tmp_path, overrides=["resources.learner.count=2", "checkpoint.every=30", "checkpoint.save_hf_model=true"]
