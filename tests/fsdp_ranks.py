@@ -82,12 +82,14 @@ def train(role, steps: range, checkpoint: Path | None) -> dict:
     return out
 
 
-def _rank_main(rank: int, world: int, ports: list[int], model_path: str, folder: str, resume: bool) -> None:
+def _rank_main(
+    rank: int, world: int, ports: list[int], model_path: str, folder: str, resume: bool, overrides: list[str]
+) -> None:
     from actors.critic import Critic
     from actors.learner import Learner
 
     torch.set_num_threads(1)
-    cfg = load_config(None, OVERRIDES)
+    cfg = load_config(None, OVERRIDES + overrides)
     folder = Path(folder)
     results = {}
     for (name, cls), port in zip((("learner", Learner), ("critic", Critic)), ports):
@@ -100,7 +102,7 @@ def _rank_main(rank: int, world: int, ports: list[int], model_path: str, folder:
             results[name] = train(role, range(1, STEPS + 1), folder / "checkpoint" / name)
         dist.destroy_process_group()
     if rank == 0:
-        torch.save(results, folder / f"results-{world}-{'resume' if resume else 'fresh'}.pt")
+        torch.save(results, folder / f"results-{world}-{'resume' if resume else 'fresh'}{len(overrides)}.pt")
 
 
 def free_port() -> int:
@@ -109,11 +111,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(world: int, model_path: str, folder: Path, resume: bool, timeout_s: float = 600) -> dict:
+def run_ranks(
+    world: int, model_path: str, folder: Path, resume: bool, overrides: list[str] = (), timeout_s: float = 600
+) -> dict:
     """Start `world` rank processes, wait for them (killing them after timeout_s), return rank 0's results."""
     ctx = mp.start_processes(
         _rank_main,
-        args=(world, [free_port(), free_port()], model_path, str(folder), resume),
+        args=(world, [free_port(), free_port()], model_path, str(folder), resume, list(overrides)),
         nprocs=world,
         join=False,
         start_method="spawn",
@@ -127,7 +131,7 @@ def run_ranks(world: int, model_path: str, folder: Path, resume: bool, timeout_s
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
-    return torch.load(folder / f"results-{world}-{'resume' if resume else 'fresh'}.pt")
+    return torch.load(folder / f"results-{world}-{'resume' if resume else 'fresh'}{len(overrides)}.pt")
 
 
 def one_process(model_path: str, checkpoint: Path | None = None) -> dict:

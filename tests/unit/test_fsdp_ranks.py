@@ -2,6 +2,7 @@
 fp32 over gloo, 3 optimizer steps x 2 mini-batches with a cosine schedule, learner and critic."""
 
 import pytest
+import torch
 
 from tests.fsdp_ranks import SAVE_AFTER, STEPS, one_process, relative_difference, run_ranks
 
@@ -44,6 +45,12 @@ def test_two_ranks_train_like_one_process(two_ranks, tiny_model_path):
         print(
             f"{role}: largest relative difference of a weight tensor after {STEPS} steps: {weights[0]:.2e} ({weights[1]})"
         )
+        noise = max(
+            relative_difference(w, single[role]["weights"][k])
+            for k, w in sharded[role]["weights"].items()
+            if k.endswith(NOISE_ONLY)
+        )
+        print(f"{role}: key-projection biases (gradient 0 but float noise), largest: {noise:.2e}")
         assert weights[0] < 1e-5
         assert sharded[role]["weights"].keys() == single[role]["weights"].keys()
     print(f"largest relative difference of a metric: {worst[0]:.2e} ({worst[1]})")
@@ -72,3 +79,26 @@ def test_two_rank_checkpoint_resumes_on_two_and_three_ranks(two_ranks, tiny_mode
     worst = largest_difference(resumed, sharded, steps)
     print(f"2 ranks -> {world} ranks: largest relative difference after resume: {worst[0]:.2e} ({worst[1]})")
     assert worst[0] < 1e-5, worst
+
+
+@pytest.mark.slow
+def test_memory_options_on_two_ranks(two_ranks, tiny_model_path, tmp_path):
+    """Activation checkpointing and token-budget micro-batches change no number beyond float error;
+    bf16 mixed precision trains (fp32 master weights) and stays near the fp32 run."""
+    _, fp32 = two_ranks
+    same = run_ranks(
+        2,
+        tiny_model_path,
+        tmp_path,
+        False,
+        ["training.activation_checkpointing=true", "training.max_tokens_per_micro_batch=12"],
+    )
+    worst = largest_difference(same, fp32, range(1, STEPS + 1))
+    print(f"activation checkpointing + token budget vs plain: largest relative difference {worst[0]:.2e} ({worst[1]})")
+    assert worst[0] < 1e-5, worst
+    (tmp_path / "bf16").mkdir()
+    bf16 = run_ranks(2, tiny_model_path, tmp_path / "bf16", False, ["training.mixed_precision=bf16"])
+    assert all(w.dtype == torch.float32 for w in bf16["learner"]["weights"].values())
+    worst = largest_difference(bf16, fp32, range(1, 2))
+    print(f"bf16 mixed precision vs fp32, step 1: largest relative difference {worst[0]:.2e} ({worst[1]})")
+    assert worst[0] < 0.05, worst
