@@ -30,12 +30,26 @@ from relay.algos import (
     mixed_group_mask,
     overlong_penalty,
 )
-from relay.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng
-from relay.config import Config, ConfigError, load_config, save_resolved
+from relay.checkpoint import capture_rng, restore_rng
+from relay.checkpoint_resume import resume_checkpoint
+from relay.config import Config, ConfigError, load_config
 from relay.data import PromptIterator
+from relay.envs.scoring import neutralize_reward_errors
+from relay.failures import FailureWatch, RunFailed, step_failures
 from relay.loggers import make_loggers
 from relay.progress import phase
-from relay.run import PhaseTimer, resolve_model_path, run_folder, split, summarize, task_rows
+from relay.run import (
+    PhaseTimer,
+    create_run_folder,
+    eval_metrics,
+    resolve_model_path,
+    run_folder,
+    split,
+    summarize,
+    task_rows,
+)
+from relay.samples import SampleWriter
+from relay.stop import RunStopped, StopOnSignal, stop_line
 from relay.types import Batch
 
 
@@ -64,20 +78,23 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
 
 
 def score(actors, samples) -> dict[str, float]:
-    """Rewards from the EnvPool actors, written onto the samples."""
-    shards = split(samples, len(actors.env)) if len(samples) % len(actors.env) == 0 else [samples]
-    results = ray.get([pool.score.remote(shard) for pool, shard in zip(actors.env, shards)])
-    for sample, reward in zip(samples, [r for rewards, _ in results for r in rewards]):
-        sample.reward = reward
-    return {"reward/errors": sum(m["reward/errors"] for _, m in results)}
+    """Rewards from the EnvPool that ran each sample's episode (its reward function gets the
+    episode's environment), written onto the samples; failed ones keep 0 and say why."""
+    pools = actors.env
+    by_pool = [[s for s in samples if s.meta.get("worker", 0) % len(pools) == i] for i in range(len(pools))]
+    results = ray.get([pool.score.remote(shard) for pool, shard in zip(pools, by_pool) if shard])
+    for shard, (rewards, errors, _) in zip([b for b in by_pool if b], results):
+        for sample, reward, error in zip(shard, rewards, errors):
+            sample.reward, sample.reward_error = reward, error
+    return {"reward/errors": sum(m["reward/errors"] for _, _, m in results), **step_failures(samples)}
 
 
-def evaluate(actors, rows: list[dict]) -> float:
-    """Held-out accuracy: greedy answers, reward 1 counts as correct."""
+def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
+    """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)
     score(actors, samples)
-    return sum(s.reward >= 1.0 for s in samples) / len(samples)
+    return eval_metrics(cfg.task, [s.reward for s in samples])
 
 
 def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
@@ -117,12 +134,17 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     ), metrics  # all groups flat after every try: train on the last batch
 
 
-def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) -> dict[str, float]:
+def train_step(
+    cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, watch: FailureWatch, sample_writer=None
+) -> dict:
     """One RL step; returns its metrics."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
         with timer("rollout"):
             samples, sample_metrics = collect(cfg, actors, prompts, step)
+        if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
+            sample_writer.write(step + 1, samples)
+        neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             ray.get([w.sleep.remote() for w in actors.rollout])
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
@@ -158,15 +180,17 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
             lam=a.lam,
         )
         with timer("update"):
-            updates = [actors.learner.update.remote(batch)] + (
-                [actors.critic.update.remote(batch)] if actors.critic else []
-            )
-            update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
+            update_metrics = {}
+            if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
+                updates = [actors.learner.update.remote(batch)] + (
+                    [actors.critic.update.remote(batch)] if actors.critic else []
+                )
+                update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
             sync_weights(actors, version=step + 1)
     metrics = {
         keys.REWARD_MEAN: batch.rewards.mean().item(),
-        "reward/std": batch.rewards.std(correction=0).item(),
+        keys.REWARD_STD: batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask)
         .max()
@@ -179,17 +203,17 @@ def train_step(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl) 
     }
     if actors.reference is not None:
         metrics.update({keys.KL_MEAN: kl_mean, "kl/coef": kl_ctl.value})
+    watch.check(samples, metrics)  # raises RunFailed after too many steps in a row of nothing but failures
     return metrics
 
 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
-    run_dir = run_folder(cfg, resume)
-    save_resolved(cfg, run_dir / "config.yaml")
-    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository
+    run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
+    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
-    start_step, state, groups = 0, {"rewards": [], "accuracy_before": None}, None
-    if resume and (ckpt := latest_checkpoint(run_dir / "checkpoints")):
-        groups, state = load_checkpoint(ckpt)  # verified against its manifest before any actor starts
+    start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
+    if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
+        ckpt, groups, state = found  # verified against its manifest before any actor starts
         start_step = state["step"]
         print(f"resumed from {ckpt} at step {start_step}")
     prompts = PromptIterator(train_rows, cfg.run.seed, **state.get("data", {}))
@@ -198,38 +222,48 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     else:
         random.seed(cfg.run.seed)
     with phase("starting Ray"):
-        connect(cfg)
+        connect(cfg)  # and check that the cluster can hold every role
+    create_run_folder(cfg, run_dir)
+    samples = SampleWriter.from_config(cfg, run_dir, path)  # logging.samples_every: episodes as text
     kl_ctl = make_kl_controller(
         cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
     )
     if "kl_ctl" in state:
         kl_ctl.load_state_dict(state["kl_ctl"])
     with (
+        StopOnSignal(run_dir) as stop,  # Ctrl-C / SIGTERM: stop after this step; again: abandon it
         actor_pools(cfg, path, run_dir.name) as actors,
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
         if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
             load_training_checkpoint(actors, ckpt, groups, state)
         sync_weights(actors, version=start_step)
-        if state["accuracy_before"] is None:
-            with phase(f"held-out accuracy before training ({len(eval_rows)} prompts)"):
-                state["accuracy_before"] = evaluate(actors, eval_rows)
+        if state["eval_before"] is None:
+            with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
+                state["eval_before"] = evaluate(cfg, actors, eval_rows)
+        watch = FailureWatch(cfg.training.stop_after_failed_steps)
         for step in range(start_step, cfg.training.steps):
-            metrics = train_step(cfg, actors, prompts, step, kl_ctl)
+            if stop.requested:  # a signal came before training started
+                raise stop.stopped(step)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples)
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics["eval/accuracy"] = evaluate(actors, eval_rows)
+                metrics.update(evaluate(cfg, actors, eval_rows))
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
                 report(step + 1, metrics)
-            if step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
+            stopping = stop.requested  # read once: the checkpoint and the stop agree
+            due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
+            if due or (stopping and cfg.checkpoint.on_stop):
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
                 save_training_checkpoint(actors, run_dir / "checkpoints", step + 1, state, cfg.checkpoint.keep_last_n)
-        accuracy_after = evaluate(actors, eval_rows)
+            if stopping:
+                raise stop.stopped(step + 1)
+        eval_after = evaluate(cfg, actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
             ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
-    return summarize(state["rewards"], state["accuracy_before"], accuracy_after, run_dir)
+    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,13 +273,23 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
-    except ConfigError as e:
-        print(e, file=sys.stderr)
+        train(cfg, resume=args.resume)
+    except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
+        print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
         return 2
-    train(cfg, resume=args.resume)
+    except RunFailed as e:  # a run of nothing but failures, or a checkpoint it cannot resume from
+        print(f"relay: the run stopped: {e}", file=sys.stderr)
+        return 1
+    except RunStopped as stopped:  # SIGINT / SIGTERM: one line, the shell's 128 + signal status
+        print(stop_line(stopped, argv), flush=True)
+        return stopped.exit_code
+    except KeyboardInterrupt:  # before the run's signal handlers were in place
+        print("relay: interrupted before training started", flush=True)
+        return 130
     return 0
 
 

@@ -246,12 +246,15 @@ def _connect(sweep: Sweep, trial_cpus: float) -> None:
     if address:
         ray.init(address=address, namespace="relay")
     else:  # a fresh local Ray big enough for one trial (phases do not overlap; see pools.connect)
-        ray.init(
-            address="local",
-            num_cpus=max(os.cpu_count() or 1, math.ceil(trial_cpus)),
-            namespace="relay",
-            include_dashboard=sweep.base_config.resources.dashboard,
-        )
+        from actors.pools import loopback_node
+
+        with loopback_node():  # listening on 127.0.0.1 only, as pools.connect's
+            ray.init(
+                address="local",
+                num_cpus=max(os.cpu_count() or 1, math.ceil(trial_cpus)),
+                namespace="relay",
+                include_dashboard=sweep.base_config.resources.dashboard,
+            )
 
 
 def run_sweep(sweep: Sweep):

@@ -28,6 +28,8 @@ from relay.update_loop import run_update
 
 
 class Critic:
+    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed + 1)
@@ -49,6 +51,8 @@ class Critic:
             checkpoint_activations(self.model)
         self.ranks = RankMember()  # a rank group's member when resources.critic.count > 1 (actors/rank_group.py)
         self._make_optimizer()
+        # What __repr__ reports: plain attributes set where the work happens (see Learner).
+        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
         c = self.cfg.critic
@@ -91,8 +95,14 @@ class Critic:
             world_size=self.ranks.world_size,
         )
         out = {f"critic/{k}": v for k, v in metrics.items()}
-        out["time/critic_update_s"] = time.perf_counter() - start
+        out["time/critic_update_s"] = self.update_seconds = time.perf_counter() - start
+        self.updates += 1
+        self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
+
+    def __repr__(self) -> str:
+        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
+        return f"Critic(critic-0, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         loss, metrics = value_loss(
@@ -111,17 +121,22 @@ class Critic:
         weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         return {"critic": weights, "critic_optimizer": tensors}, {
             "optimizer": skeleton,
+            "updates": self.updates,
             "lr_schedule": self.scheduler.state_dict(),
         }
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.model.load_state_dict(groups["critic"], strict=False)
+        self.model.load_state_dict(groups["critic"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["critic_optimizer"], meta["optimizer"]))
+        self.updates = meta.get("updates", 0)
         if "lr_schedule" in meta:
             self.scheduler.load_state_dict(meta["lr_schedule"])
 
     def save_shards(self, folder: str) -> None:
-        save_shards(folder, self.model, self.optimizer, {"lr_schedule": self.scheduler.state_dict()})
+        extra = {"lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
+        save_shards(folder, self.model, self.optimizer, extra)
 
     def load_shards(self, folder: str) -> None:
-        self.scheduler.load_state_dict(load_shards(folder, self.model, self.optimizer)["lr_schedule"])
+        extra = load_shards(folder, self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["lr_schedule"])
+        self.updates = extra.get("updates", 0)

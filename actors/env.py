@@ -1,45 +1,50 @@
 """EnvPool: environments (user code) and reward functions. Their failures become data, not crashes.
 
 Rollout workers call reset / step / close by handle for the episodes they run (relay.envs.base.
-EnvRunner holds the instances, one per episode in flight, reused); the driver calls score.
+EnvRunner holds the instances, one per episode in flight, reused); the driver calls score on the
+pool that ran the episodes, so a reward function receives the episode's own environment.
 """
 
 from __future__ import annotations
 
-import traceback
-
 from relay.config import Config, resolve_dotted
 from relay.envs.base import EnvRunner, ResetResult, StepResult
+from relay.envs.contract import EnvMaker
+from relay.envs.scoring import Scorer
 from relay.types import Sample
 
 
 class EnvPool:
-    def __init__(self, cfg: Config):
-        self.reward_fn = resolve_dotted(cfg.task.reward_fn)
-        self.envs = EnvRunner(resolve_dotted(cfg.task.env)) if cfg.task.env else None
+    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+
+    def __init__(self, cfg: Config, index: int = 0):
+        # What __repr__ reports: plain counters bumped where the work happens. Calls are
+        # environment resets and steps plus samples scored; errors are those that failed.
+        self.index, self.calls, self.errors = index, 0, 0
+        t = cfg.task
+        self.envs = EnvRunner(EnvMaker(resolve_dotted(t.env), t.env_config)) if t.env else None
+        self.scorer = Scorer(resolve_dotted(t.reward_fn_path), self.envs)
+
+    def __repr__(self) -> str:
+        return f"EnvPool(env-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
-        return self.envs.reset(episode_ids, rows)
+        results = self.envs.reset(episode_ids, rows)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def step(self, episode_ids: list[str], actions: list[str]) -> list[StepResult]:
-        return self.envs.step(episode_ids, actions)
+        results = self.envs.step(episode_ids, actions)
+        self.calls += len(results)
+        self.errors += sum(r.error is not None for r in results)
+        return results
 
     def close(self, episode_ids: list[str]) -> None:
         self.envs.close(episode_ids)
 
-    def score(self, samples: list[Sample]) -> tuple[list[float], dict[str, float]]:
-        """One float per sample. A reward function that raises gives 0 and is counted.
-
-        Environment tasks name relay.envs.base:episode_return (the sum of the step rewards,
-        kept in sample.meta["env"]["rewards"]) or their own function of the sample."""
-        rewards, errors, last_error = [], 0, ""
-        for s in samples:
-            try:
-                rewards.append(float(self.reward_fn(s, None)))
-            except Exception:
-                rewards.append(0.0)
-                errors += 1
-                last_error = traceback.format_exc(limit=3)
-        if errors:
-            print(f"EnvPool: reward function failed on {errors}/{len(samples)} samples; last error:\n{last_error}")
-        return rewards, {"reward/errors": float(errors)}
+    def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
+        """One reward per sample and why it has none (None: it has one); relay/envs/scoring.py."""
+        rewards, errors, metrics = self.scorer.score(samples)
+        self.calls, self.errors = self.calls + len(samples), self.errors + sum(e is not None for e in errors)
+        return rewards, errors, metrics

@@ -36,6 +36,8 @@ def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, d
 
 
 class Reference:
+    batches = 0  # __repr__'s field; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         self.cfg = cfg
@@ -43,8 +45,10 @@ class Reference:
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device).eval()
         self.ranks = RankMember()
+        self.batches = 0  # for __repr__
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
+        self.batches += 1
         return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
 
     def node_id(self) -> str:
@@ -57,8 +61,13 @@ class Reference:
         self.ranks.join(host, port, rank, world_size, backend)
         shard_model(self.model, self.cfg.training, self.device)
 
+    def __repr__(self) -> str:
+        return f"Reference(reference-0, frozen weights v0, {self.batches} batches scored)"
+
 
 class Learner:
+    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
@@ -74,6 +83,10 @@ class Learner:
         self.ranks = RankMember()
         self._make_optimizer()
         self.weights_out = WeightSender(lambda: self.model.state_dict())
+        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
+        # set where the work happens. `updates` is the policy's weight version (the driver tags the
+        # weights after step N's update as version N) and comes back with a checkpoint.
+        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
         t = self.cfg.training
@@ -109,8 +122,16 @@ class Learner:
             world_size=self.ranks.world_size,
         )
         out = {f"actor/{k}": v for k, v in metrics.items()}
-        out[LEARNER_UPDATE_S] = time.perf_counter() - start
+        out[LEARNER_UPDATE_S] = self.update_seconds = time.perf_counter() - start
+        self.updates += 1
+        self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
+
+    def __repr__(self) -> str:
+        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
+        return (
+            f"Learner(learner-0, weights v{self.updates}, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
+        )
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         a = self.cfg.algorithm
@@ -167,25 +188,31 @@ class Learner:
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        meta = {"optimizer": opt_skeleton, "rng": capture_rng(), "lr_schedule": self.scheduler.state_dict()}
+        meta = {
+            "optimizer": opt_skeleton,
+            "rng": capture_rng(),
+            "updates": self.updates,
+            "lr_schedule": self.scheduler.state_dict(),
+        }
         return {"policy": policy, "optimizer": opt_tensors}, meta
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.model.load_state_dict(groups["policy"], strict=False)
+        self.model.load_state_dict(groups["policy"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
         if "lr_schedule" in meta:
             self.scheduler.load_state_dict(meta["lr_schedule"])
         restore_rng(meta["rng"])
+        self.updates = meta.get("updates", 0)  # checkpoints written before it was saved: unknown, 0
 
     def save_shards(self, folder: str) -> None:
-        save_shards(
-            folder, self.model, self.optimizer, {"rng": capture_rng(), "lr_schedule": self.scheduler.state_dict()}
-        )
+        extra = {"rng": capture_rng(), "lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
+        save_shards(folder, self.model, self.optimizer, extra)
 
     def load_shards(self, folder: str) -> None:
         extra = load_shards(folder, self.model, self.optimizer)
         self.scheduler.load_state_dict(extra["lr_schedule"])
         restore_rng(extra["rng"])
+        self.updates = extra.get("updates", 0)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         from relay.checkpoint import save_hf_model

@@ -9,13 +9,13 @@ interval) after they are recorded.
 Keys read from the metrics dict (relay/metric_keys.py names them for the code that writes them
 and for this module; absent keys are skipped, so a run without tools records nothing for them):
 
-    reward/mean, kl/mean, actor/pg_loss           gauges (kl/mean: runs with a reference policy)
-    rollout/tokens_per_s                          gauge, worker="all"
-    rollout/tokens_per_s/<worker>                 gauge, worker=<worker> (one per rollout worker)
-    time/step_s, time/sync_s                      histograms (and gauges of the last value)
-    weights/version, weights/staleness            gauges
-    tools/calls / time/rollout_s                  gauge: tool calls per second of the rollout phase
-    tools/errors                                  counter (errors this step are added)
+    reward/mean, reward/std, kl/mean, actor/pg_loss  gauges (kl/mean: runs with a reference policy)
+    rollout/tokens_per_s                            gauge, worker="all"
+    rollout/tokens_per_s/<worker>                   gauge, worker=<worker> (one per rollout worker)
+    time/step_s, time/sync_s                        histograms (and gauges of the last value)
+    weights/version, weights/staleness              gauges
+    tools/calls / time/rollout_s                    gauge: tool calls per second of the rollout phase
+    tools/errors                                    counter (errors this step are added)
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ SECONDS_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600
 # Every Ray metric of a run: name without prefix -> (kind, description, tag keys besides "run").
 METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
     "reward_mean": (Gauge, "Mean reward of the step's rollout batch", ()),
+    "reward_std": (Gauge, "Standard deviation of the rewards of the step's rollout batch", ()),
     "kl_mean": (Gauge, "Mean per-token KL between policy and reference", ()),
     "policy_loss": (Gauge, "Policy-gradient loss of the step's update", ()),
     "rollout_tokens_per_s": (
@@ -54,6 +55,7 @@ METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
 # metrics-dict key -> the metrics that record its value as it is
 AS_IS: dict[str, tuple[str, ...]] = {
     keys.REWARD_MEAN: ("reward_mean",),
+    keys.REWARD_STD: ("reward_std",),
     keys.KL_MEAN: ("kl_mean",),
     keys.POLICY_LOSS: ("policy_loss",),
     keys.STEP_S: ("step_seconds", "step_seconds_last"),

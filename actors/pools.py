@@ -13,6 +13,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.critic import Critic
 from actors.env import EnvPool
+from actors.feasibility import check_feasible
 from actors.learner import Learner, Reference
 from actors.rank_group import RankGroup
 from actors.rollout import RolloutWorker
@@ -26,9 +27,14 @@ NAMESPACE = "relay"
 
 
 def connect(cfg: Config) -> None:
-    """Join the cluster named by config or RAY_ADDRESS (set by `ray job submit`); else start one."""
-    if ray.is_initialized():
-        return
+    """Join the cluster named by config or RAY_ADDRESS (set by `ray job submit`), else start one;
+    then check that the cluster can hold every role's actors (ConfigError naming the role if not)."""
+    if not ray.is_initialized():
+        _init(cfg)
+    check_feasible({role: (res, _bundle(res)) for role, res in actor_roles(cfg).items()})
+
+
+def _init(cfg: Config) -> None:
     address = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, namespace=NAMESPACE)
@@ -37,13 +43,43 @@ def connect(cfg: Config) -> None:
     # Phases of the synchronous loop do not overlap, so logical CPUs may exceed the cores;
     # torch threads per actor (its CPU share) are what keep actors from fighting.
     # address="local": never attach to another cluster found via /tmp/ray/ray_current_cluster.
-    ray.init(
-        address="local",
-        num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
-        namespace=NAMESPACE,
-        include_dashboard=cfg.resources.dashboard,
-        log_to_driver=True,
-    )
+    with loopback_node():
+        ray.init(
+            address="local",
+            num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
+            namespace=NAMESPACE,
+            include_dashboard=cfg.resources.dashboard,
+            log_to_driver=True,
+        )
+
+
+@contextmanager
+def loopback_node():
+    """A Ray started inside it serves this machine only: every port it opens (the Prometheus
+    metrics export, GCS, raylet, dashboard agent) listens on 127.0.0.1, not on all interfaces.
+
+    Ray binds them to its node address, and the metrics export to all interfaces unless that
+    address is loopback. ray.init turns a loopback `_node_ip_address` into the machine's outward
+    address, so the one switch is Ray's cluster mode: off, the node address is 127.0.0.1. Ray
+    reads it from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (named for the systems where off is the
+    default) once, at import, into ray_constants.ENABLE_RAY_CLUSTER; the processes ray.init
+    starts read the variable, this one the constant. Both go back to what they were afterwards.
+    """
+    from ray._private import ray_constants
+
+    saved_env, saved_constant = os.environ.get(LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOCAL_ONLY_ENV], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_constant
+        if saved_env is None:
+            os.environ.pop(LOCAL_ONLY_ENV, None)
+        else:
+            os.environ[LOCAL_ONLY_ENV] = saved_env
+
+
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def uses_tool_executors(cfg: Config) -> bool:
@@ -175,7 +211,7 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
         "tools",
         tl.executors,
         run_name,
-        lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers),
+        lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers, i),
         groups,
     )
     try:
@@ -222,7 +258,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
-        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg,), groups)
+        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(
             RolloutWorker,

@@ -29,6 +29,10 @@ from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
 class RolloutWorker:
+    # __repr__'s fields, here too as class attributes: when __init__ raises, Ray calls __repr__ on
+    # the half-built instance for the error message, and a repr that raised would hide the error.
+    index, weights_version, rollout_version, tokens_per_s = 0, 0, None, 0.0
+
     def __init__(
         self,
         cfg: Config,
@@ -44,6 +48,9 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
+        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
+        # attributes set where the work happens, so reading them never waits on anything.
+        self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
         self.agent = self._agent(env_pool, tool_executors or [])
 
@@ -130,15 +137,22 @@ class RolloutWorker:
             episode_prefix=f"w{self.index}-{self.episodes_started}",
         )
         seconds = time.perf_counter() - start
+        for s in samples:  # the driver scores each episode on the EnvPool this worker ran it with
+            s.meta["worker"] = self.index
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {
             "rollout/tokens": tokens,
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
         }
+        self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
+
+    def __repr__(self) -> str:
+        last = "no rollout yet" if self.rollout_version is None else f"last rollout on v{self.rollout_version}"
+        return f"RolloutWorker(rollout-{self.index}, weights v{self.weights_version}, {last}, {self.tokens_per_s:.0f} tok/s)"
 
     def sleep(self) -> None:
         self.engine.sleep()
@@ -153,7 +167,9 @@ class RolloutWorker:
 
     def update_weights(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
-        return self.weights_in.load(weights, version)
+        seconds = self.weights_in.load(weights, version)
+        self.weights_version = version
+        return seconds
 
     def join_weight_group(
         self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
@@ -162,7 +178,9 @@ class RolloutWorker:
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
-        return self.weights_in.receive(version)
+        seconds = self.weights_in.receive(version)
+        self.weights_version = version
+        return seconds
 
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()

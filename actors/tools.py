@@ -18,15 +18,19 @@ from relay.tools.server import ToolServer
 
 
 class ToolExecutor:
+    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+
     def __init__(
         self,
         sandbox_limits: SandboxConfig | None = None,
         sandbox: str = "bwrap",
         registry: ToolRegistry | None = None,
         max_workers: int = 0,
+        index: int = 0,
     ):
         """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
         sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
+        self.index, self.calls, self.errors = index, 0, 0  # see __repr__
         self.sandbox_limits = sandbox_limits or SandboxConfig()
         self.sandbox = sandbox
         self._run = make_runner(sandbox, self.sandbox_limits)
@@ -36,6 +40,10 @@ class ToolExecutor:
         self.max_workers = max_workers or 2 * (os.cpu_count() or 1)  # see ToolServerConfig.max_concurrency
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="relay-tool")
         self._server: ToolServer | None = None
+
+    def __repr__(self) -> str:
+        """Counts calls where they finish (run_batch; the HTTP server's runs are not counted here)."""
+        return f"ToolExecutor(tools-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def schemas(self) -> list[dict]:
         return self.registry.schemas()
@@ -50,7 +58,9 @@ class ToolExecutor:
 
     def run_batch(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run calls in parallel (at most max_workers at once); results in call order. Never raises."""
-        return list(self._pool.map(self.registry.call, calls))
+        results = list(self._pool.map(self.registry.call, calls))
+        self.calls, self.errors = self.calls + len(results), self.errors + sum(not r.ok for r in results)
+        return results
 
     def start_server(self, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 0) -> str:
         """Serve this executor's sandbox over HTTP (relay.tools.server protocol); returns the URL."""

@@ -95,7 +95,11 @@ class _Episode:
     turn_texts: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     token_rewards: dict[int, float] = field(default_factory=dict)
+    env_first_observation: str = ""
+    env_actions: list[str] = field(default_factory=list)
+    env_observations: list[str] = field(default_factory=list)
     env_rewards: list[float] = field(default_factory=list)
+    env_dones: list[bool] = field(default_factory=list)
     env_infos: list[dict] = field(default_factory=list)
     env_error: str | None = None
     tool_turns: int = 0
@@ -204,6 +208,7 @@ class AgentLoop:
                 {"role": "user", "content": r.observation}
             ]
             e.prompt_ids = self.format.prompt_ids(messages)
+            e.env_first_observation = r.observation
             if r.error is not None:
                 e.finish, e.env_error = FinishReason.ENV_ERROR, r.error
 
@@ -290,7 +295,10 @@ class AgentLoop:
             # the reward of this step credits the model turn that took it (its last token)
             at = e.spans[-1][1] - 1 if e.spans[-1][1] > e.spans[-1][0] else max(len(e.response_ids) - 1, 0)
             e.token_rewards[at] = e.token_rewards.get(at, 0.0) + r.reward
+            e.env_actions.append(e.action)
+            e.env_observations.append(r.observation)
             e.env_rewards.append(r.reward)
+            e.env_dones.append(r.done)
             e.env_infos.append(r.info)
             if r.done:
                 e.finish = FinishReason.STOP
@@ -322,7 +330,15 @@ class AgentLoop:
             },
         }
         if self.env_step is not None:
-            meta["env"] = {"rewards": e.env_rewards, "infos": e.env_infos, "error": e.env_error}
+            meta["env"] = {
+                "first_observation": e.env_first_observation,
+                "actions": e.env_actions,
+                "observations": e.env_observations,
+                "rewards": e.env_rewards,
+                "dones": e.env_dones,
+                "infos": e.env_infos,
+                "error": e.env_error,
+            }
         return Sample(
             prompt_ids=e.prompt_ids,
             response_ids=e.response_ids,

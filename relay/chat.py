@@ -3,7 +3,7 @@
     fmt = ChatFormat(tokenizer, tool_schemas)
     prompt = fmt.prompt_ids(messages)                          # the template with its generation prompt
     obs = fmt.observation_ids([{"role": "tool", "content": "336"}], eos_token=tokenizer.eos_token_id)
-    prompt, response, loss_mask = encode_trajectory(fmt, Trajectory(messages, [TrajectoryTurn("336")]))
+    prompt, response, loss_mask = encode_scripted(fmt, ScriptedEpisode(messages, [ScriptedTurn("336")]))
 
 Token-in, token-out: nothing earlier in an episode is ever re-tokenized. Observation tokens
 come from tokenizing ONLY the text the chat template writes after the model's turn, found by
@@ -13,9 +13,9 @@ ended its turn with that EOS token itself, its text is dropped from the delta; w
 at a stop string (`</tool_call>`), the delta keeps it, so the closing tokens are observation
 tokens with loss mask 0.
 
-The agent loop (relay/agent.py) lays out every episode this way; encode_trajectory lays out a
-scripted episode (Trajectory) the same way, for warm starts (relay/models/warm_start.py) and
-tests. Environments describe their example episodes as Trajectory objects.
+The agent loop (relay/agent.py) lays out every episode this way; encode_scripted lays out a
+scripted episode (ScriptedEpisode) the same way, for warm starts (relay/models/warm_start.py) and
+tests. Environments describe their example episodes as ScriptedEpisode objects.
 """
 
 from __future__ import annotations
@@ -106,24 +106,24 @@ class ChatFormat:
 
 
 @dataclass
-class TrajectoryTurn:
+class ScriptedTurn:
     text: str  # what the model writes in this turn
     eos: bool = True  # the turn ends with the EOS token (False: at a stop string such as </tool>)
     observation: str | list[dict] | None = None  # what follows (inline text or messages); None after the last turn
 
 
 @dataclass
-class Trajectory:
+class ScriptedEpisode:
     prompt: list[dict]  # messages
-    turns: list[TrajectoryTurn]
+    turns: list[ScriptedTurn]
 
 
-def encode_trajectory(fmt: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int], list[int]]:
+def encode_scripted(fmt: ChatFormat, episode: ScriptedEpisode) -> tuple[list[int], list[int], list[int]]:
     """(prompt_ids, response_ids, loss_mask) laid out exactly as the agent loop lays out an episode."""
     eos = fmt.tokenizer.eos_token_id
-    prompt = fmt.prompt_ids(trajectory.prompt)
+    prompt = fmt.prompt_ids(episode.prompt)
     response, mask = [], []
-    for turn in trajectory.turns:
+    for turn in episode.turns:
         ids = fmt.encode(turn.text) + ([eos] if turn.eos else [])
         response += ids
         mask += [1] * len(ids)

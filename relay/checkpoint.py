@@ -13,17 +13,18 @@ Layout of one checkpoint:
 
 A save is written into a hidden sibling `root/.tmp-step_00000012-<random>`, fsynced, then renamed
 into place, so a crash at any moment leaves either the whole checkpoint or no visible folder.
-A folder with a manifest is complete; `load_checkpoint` re-checks every size and hash before
-reading a byte of tensor data. One writer per root is assumed (the learner / driver).
+A folder with a manifest is complete; `load_checkpoint` checks the manifest's names and entries
+and re-checks every size and hash before reading a byte of tensor data (relay/checkpoint_manifest.py).
+Pruning renames an old checkpoint to a hidden name before deleting it, so a crash mid-delete never
+leaves a partial `step_*` folder; hidden leftovers of crashed saves and prunes are swept at the start
+of every save and of a resume. One writer per root is assumed (the learner / driver).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
-import re
 import secrets
 import shutil
 import warnings
@@ -35,16 +36,20 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-MANIFEST = "manifest.json"
-STATE = "state.json"
-FORMAT = "relay-checkpoint"
-FORMAT_VERSION = 1
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+from relay.checkpoint_manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    STATE,
+    STEP_DIR,
+    bare_name_problem,
+    verify_checkpoint,
+)
+from relay.checkpoint_manifest import CheckpointCorruptError as CheckpointCorruptError  # public here as before
+from relay.checkpoint_manifest import sha256_file as _sha256
+
 _TMP_PREFIX = ".tmp-"
-
-
-class CheckpointCorruptError(RuntimeError):
-    """A checkpoint on disk does not match its manifest (missing, truncated or altered file)."""
+_PRUNE_PREFIX = ".tmp-pruned-"  # an old checkpoint between its rename and the end of its deletion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,6 +84,7 @@ def save_checkpoint(
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers(root)  # first: the space a crashed save or prune held is free for this one
     final = root / f"step_{step:08d}"
     if final.exists():
         # Replacing a directory cannot be atomic; refusing keeps the old checkpoint intact.
@@ -123,6 +129,16 @@ def save_checkpoint(
     return final
 
 
+def sweep_leftovers(root: str | Path) -> None:
+    """Delete what crashed saves and prunes left under root (hidden `.tmp-` folders)."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for child in root.iterdir():
+        if child.name.startswith((f"{_TMP_PREFIX}step_", _PRUNE_PREFIX)) and child.is_dir() and not child.is_symlink():
+            _remove_leftover(child)
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
     """The complete checkpoint with the highest step under root, or None."""
     checkpoints = list_checkpoints(root)
@@ -136,7 +152,7 @@ def list_checkpoints(root: str | Path) -> list[Path]:
         return []
     found = []
     for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
+        match = STEP_DIR.match(child.name)
         if match and child.is_dir() and (child / MANIFEST).is_file():
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
@@ -149,42 +165,6 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]
     groups = {name: load_file(str(path / f"{name}.safetensors"), device="cpu") for name in manifest["groups"]}
     state = json.loads((path / STATE).read_text(encoding="utf-8"))
     return groups, state
-
-
-def verify_checkpoint(path: str | Path) -> dict:
-    """Check every file the manifest lists (exists, size, sha256); return the manifest.
-
-    Raises CheckpointCorruptError naming every offending file, one per line.
-    """
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise CheckpointCorruptError(f"{manifest_path}: missing (not a complete checkpoint)")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        files = manifest["files"]
-        groups = manifest["groups"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise CheckpointCorruptError(f"{manifest_path}: unreadable manifest ({error}) (checkpoint corrupt)") from None
-
-    problems = []
-    for filename in [f"{name}.safetensors" for name in groups] + [STATE]:
-        if filename not in files:
-            problems.append(f"{path / filename}: not listed in the manifest (checkpoint corrupt)")
-    for filename, expected in files.items():
-        file = path / filename
-        if not file.is_file():
-            problems.append(f"{file}: missing (listed in the manifest)")
-            continue
-        size = file.stat().st_size
-        if size != expected["size"]:
-            problems.append(f"{file}: size {size} bytes, manifest says {expected['size']} (truncated or corrupt)")
-            continue
-        if _sha256(file) != expected["sha256"]:
-            problems.append(f"{file}: sha256 mismatch (checkpoint corrupt)")
-    if problems:
-        raise CheckpointCorruptError("\n".join(problems))
-    return manifest
 
 
 def save_hf_model(model: Any, tokenizer: Any, folder: str | Path) -> Path:
@@ -321,8 +301,8 @@ def restore_rng(rng: dict) -> None:
 
 
 def _check_group_name(name: str) -> None:
-    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name:
-        raise ValueError(f"bad checkpoint group name {name!r}: use a plain file-name stem like 'policy'")
+    if problem := bare_name_problem(name):
+        raise ValueError(f"bad checkpoint group name ({problem}): use a plain file-name stem like 'policy'")
 
 
 def _detached_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -356,14 +336,6 @@ def _fsync_and_describe(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": _sha256(path)}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -382,13 +354,28 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _prune(root: Path, keep_last_n: int | None, just_saved: Path) -> None:
-    """Remove leftover tmp folders of crashed saves and all but the newest keep_last_n."""
-    for child in root.iterdir():
-        if child.name.startswith(f"{_TMP_PREFIX}step_") and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
+    """Remove all but the newest keep_last_n complete checkpoints (never the one just saved).
+
+    Each is first renamed to a hidden name, all renames made durable, then deleted: a crash
+    mid-delete leaves a hidden leftover for sweep_leftovers, never a partial `step_*` folder
+    that list_checkpoints would offer for resuming.
+    """
     if keep_last_n is None:
         return
-    complete = list_checkpoints(root)
-    for path in complete[:-keep_last_n]:
+    doomed = []
+    for path in list_checkpoints(root)[:-keep_last_n]:
         if path != just_saved:
-            shutil.rmtree(path)
+            doomed.append(root / f"{_PRUNE_PREFIX}{path.name}-{secrets.token_hex(4)}")
+            os.rename(path, doomed[-1])
+    if doomed:
+        _fsync_dir(root)
+    for path in doomed:
+        _remove_leftover(path)
+
+
+def _remove_leftover(path: Path) -> None:
+    try:
+        shutil.rmtree(path)
+    except OSError as error:
+        # The checkpoint just saved is complete; a hidden leftover is retried at the next sweep.
+        warnings.warn(f"could not delete {path} ({error}); it is retried at the next save or resume", stacklevel=3)

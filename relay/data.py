@@ -12,34 +12,58 @@ import random
 from pathlib import Path
 from typing import Any
 
+from relay.config import ConfigError
 
-def load_rows(path: str | Path, prompt_key: str = "prompt", answer_key: str = "ground_truth") -> list[dict[str, Any]]:
+
+def load_rows(
+    path: str | Path, prompt_key: str = "prompt", answer_key: str = "ground_truth", for_env: bool = False
+) -> list[dict[str, Any]]:
+    """The file's rows: a prompt (or messages) and the answer each, or, `for_env`, rows given whole to
+    an environment's reset(**row), which need neither (its first observation is the prompt). A bad
+    file or row raises ConfigError naming the file and its 1-based line (JSONL) or row (Parquet), and
+    the task.* key involved."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"dataset file not found: {path}")
+        raise ConfigError([f"dataset file not found: {path}"])
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        records = pq.read_table(path).to_pylist()
+        try:
+            records = pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow's errors have no common base class
+            raise ConfigError([f"{path}: cannot read the Parquet file ({type(e).__name__}: {e})"]) from None
+        places = [f"{path} row {i}" for i in range(1, len(records) + 1)]
     elif path.suffix in (".jsonl", ".json"):
-        records = []
-        for line_no, line in enumerate(path.read_text().splitlines(), 1):
+        records, places = [], []
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError([f"{path}: cannot read the file ({e})"]) from None
+        for line_no, line in enumerate(lines, 1):
             if line.strip():
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+                    raise ConfigError([f"{path}:{line_no}: not valid JSON ({e.msg}, column {e.colno})"]) from None
+                places.append(f"{path}:{line_no}")
     else:
-        raise ValueError(f"{path}: unsupported dataset format {path.suffix!r} (use .jsonl or .parquet)")
+        raise ConfigError([f"{path}: unsupported dataset format {path.suffix!r} (use .jsonl or .parquet)"])
     rows = []
-    for i, rec in enumerate(records):
+    for where, rec in zip(places, records):
+        if not isinstance(rec, dict):
+            raise ConfigError([f"{where}: a row must be a JSON object, got {type(rec).__name__}"])
+        if for_env:
+            rows.append({**rec, "ground_truth": rec[answer_key]} if answer_key in rec else dict(rec))
+            continue
         if "messages" not in rec and prompt_key not in rec:
-            raise ValueError(f"{path}: row {i} has neither {prompt_key!r} nor 'messages'")
+            raise ConfigError([f"{where}: row has neither {prompt_key!r} (task.prompt_key) nor 'messages'"])
         if answer_key not in rec:
-            raise ValueError(f"{path}: row {i} has no {answer_key!r}")
+            raise ConfigError([f"{where}: row has no {answer_key!r} (task.answer_key)"])
         row = {"ground_truth": rec[answer_key]}
         row["messages" if "messages" in rec else "prompt"] = rec.get("messages", rec.get(prompt_key))
         rows.append(row)
+    if not rows:
+        raise ConfigError([f"{path}: the file has no rows"])
     return rows
 
 

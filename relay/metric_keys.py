@@ -13,6 +13,7 @@ def phase_seconds(phase: str) -> str:
 
 
 REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"  # standard deviation of the step's batch rewards
 KL_MEAN = "kl/mean"
 POLICY_LOSS = "actor/pg_loss"  # the Learner's "pg_loss" under its "actor/" prefix
 TOKENS_PER_S = "rollout/tokens_per_s"  # the whole batch; f"{TOKENS_PER_S}/{i}": rollout worker i

@@ -24,6 +24,8 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("response/length_mean", "response length (tokens, mean)"),
     ("time/step_s", "step time (s)"),
     ("eval/accuracy", "eval accuracy"),
+    ("eval/success_rate", "eval success rate"),
+    ("eval/mean_return", "eval mean return"),
 )
 SHADE = {"reward/mean": "reward/std"}
 

@@ -36,6 +36,9 @@ class Sample:
     rollout_logprobs: list[float] = field(default_factory=list)  # per response token; 0 where loss_mask=0
     loss_mask: list[int] = field(default_factory=list)  # 1 on model tokens, 0 on observations
     reward: float = 0.0
+    # Why the reward function gave no usable reward (it raised, or returned NaN, inf or a non-number):
+    # such a sample is counted and never trained on (relay/envs/scoring.py neutralizes it).
+    reward_error: str | None = None
     group_id: int = 0  # samples drawn from the same prompt share it (GRPO / RLOO groups)
     weight_version: int = 0
     finish_reason: FinishReason | None = None  # None until a rollout ends the episode
@@ -49,7 +52,8 @@ class Sample:
     response_text: str = ""  # the whole response decoded, observations included (special tokens skipped)
     final_text: str = ""  # the last model turn's text (single-turn: the same as response_text)
     turn_texts: list[str] = field(default_factory=list)  # each model turn's text, in order
-    # Everything else: "episode_id", "agent" (turn and tool counts), "env" (rewards, infos, error)
+    # Everything else: "episode_id", "worker" (the rollout worker's index), "agent" (turn and tool
+    # counts), "env" (first_observation, actions, observations, rewards, dones, infos, error)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):

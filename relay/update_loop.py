@@ -115,9 +115,15 @@ def run_update(
     world_size: int = 1,
 ) -> dict[str, float]:
     """Train `model` on `batch`; every loss metric of the mini-batches (micro-batch metrics weighted
-    by their share, over every rank), `grad_norm` (before clipping) and `lr` over optimizer steps. With world_size > 1 this is one
-    rank of a torch.distributed default group whose ranks all call it with the same batch."""
+    by their share, over every rank), `grad_norm` (before clipping) and `lr` over optimizer steps
+    taken, and counts of the steps taken and skipped. A step whose loss or gradient norm is not
+    finite (on any rank) is skipped: the weights, the optimizer state and the lr schedule stay as
+    they were (the skip counts say why). With world_size > 1 this is one rank of a torch.distributed
+    default group whose ranks all call it with the same batch."""
     history: dict[str, list] = {}  # loss metrics: (value, weight) per micro-batch; grad_norm, lr: values
+    counts = dict.fromkeys(
+        ("optimizer_steps", "skipped_steps", "skipped_nonfinite_loss", "skipped_nonfinite_grad_norm"), 0.0
+    )
     generator = shuffle_generator(seed, batch)
     for _ in range(training.ppo_epochs):
         for mini_idx in mini_batch_indices(len(batch), training.mini_batches, generator):
@@ -125,6 +131,7 @@ def run_update(
             mini_tokens = mini.loss_mask.sum().clamp(min=1)
             share = mini.select(rank_rows(len(mini), rank, world_size))
             optimizer.zero_grad(set_to_none=True)
+            finite_loss = True
             for rows in _micro_batches(share, training, world_size):
                 if len(rows) == 0:  # keeps this rank's FSDP collectives paired with the others'
                     loss, metrics = loss_fn(mini.select([0]))
@@ -136,19 +143,30 @@ def run_update(
                 if training.max_tokens_per_micro_batch:
                     micro = trim_padding(micro)
                 loss, metrics = loss_fn(micro)
+                finite_loss &= bool(torch.isfinite(loss.detach()))
                 weight = micro_batch_weight(micro, mini, mini_tokens, weight_by_tokens)
                 (loss * weight * world_size).backward()  # FSDP averages gradients over ranks: undo that
                 for k, v in metrics.items():
                     history.setdefault(k, []).append((v, float(weight)))
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.grad_clip)
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # a DTensor (FSDP)
-            lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            history.setdefault("grad_norm", []).append(float(grad_norm))
-            history.setdefault("lr", []).append(float(lr))
-    return _means(history, world_size)
+            if world_size > 1:  # every rank takes the step or none does
+                finite = torch.tensor([float(finite_loss)])
+                dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+                finite_loss = bool(finite.item())
+            if finite_loss and torch.isfinite(grad_norm):
+                lr = optimizer.param_groups[0]["lr"]
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                history.setdefault("grad_norm", []).append(float(grad_norm))
+                history.setdefault("lr", []).append(float(lr))
+                counts["optimizer_steps"] += 1
+            else:  # a NaN or inf never reaches the weights, nor the optimizer's moments
+                optimizer.zero_grad(set_to_none=True)
+                counts["skipped_steps"] += 1
+                counts["skipped_nonfinite_loss" if not finite_loss else "skipped_nonfinite_grad_norm"] += 1
+    return {**_means(history, world_size), **counts}
 
 
 def _micro_batches(share: Batch, training: TrainingConfig, world_size: int) -> list[torch.Tensor]:

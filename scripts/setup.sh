@@ -4,12 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v bwrap >/dev/null 2>&1; then
-    # bubblewrap is the sandbox for model-written code (relay/tools/sandbox/).
+if ! command -v bwrap >/dev/null 2>&1 || ! python3 -c 'import ctypes.util, sys; sys.exit(ctypes.util.find_library("seccomp") is None)'; then
+    # bubblewrap is the sandbox for model-written code (relay/tools/sandbox/); libseccomp compiles
+    # the system-call filter bubblewrap loads into it.
     if [ "$(id -u)" = 0 ]; then
-        (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null || echo "setup: could not install bubblewrap; the code sandbox will refuse to start" >&2
+        (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null || echo "setup: could not install bubblewrap and libseccomp2; the code sandbox will refuse to start" >&2
     else
-        echo "setup: bubblewrap missing and not root; install it for the code sandbox" >&2
+        echo "setup: bubblewrap or libseccomp2 missing and not root; install them for the code sandbox" >&2
     fi
 fi
 

@@ -21,13 +21,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     raw: dict[str, Any] = {}
     problems: list[str] = []
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError([f"config file not found: {path}"])
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError([f"{path}: top level must be a mapping of sections"])
-        raw = loaded
+        raw = _read_yaml(Path(path))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -48,6 +42,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping, or one ConfigError line naming the file (and the 1-based line of a syntax error)."""
+    if not path.exists():
+        raise ConfigError([f"config file not found: {path}"])
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{path}: cannot read the config file ({e})"]) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        context = getattr(e, "context", None)
+        raise ConfigError([f"{where}: YAML syntax error: {problem}" + (f" ({context})" if context else "")]) from None
+    if loaded is None:  # an empty file would silently train the default task
+        raise ConfigError([f"{path}: the config file is empty (leave out --config to run the defaults)"])
+    if not isinstance(loaded, dict):
+        raise ConfigError([f"{path}: top level must be a mapping of sections"])
+    return loaded
 
 
 def save_resolved(cfg: Config, path: Path) -> None:

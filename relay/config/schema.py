@@ -54,12 +54,22 @@ class TaskConfig:
     eval_file: str | None = None
     prompt_key: str = "prompt"
     answer_key: str = "ground_truth"
-    reward_fn: str = "relay.envs.arithmetic:arithmetic_reward"  # dotted path to a function(sample, env)
+    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env):
+    # relay/envs/trajectory.py. None: the step rewards' sum with task.env, else the exact-answer check.
+    reward_fn: str | None = None
     env: str | None = None  # dotted path to an Environment class (multi-turn)
+    env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
+    success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     system_prompt: str | None = None
     digits: int = 2  # built-in arithmetic: operand size
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
+
+    @property
+    def reward_fn_path(self) -> str:
+        if self.reward_fn is not None:
+            return self.reward_fn
+        return "relay.envs.base:episode_return" if self.env else "relay.envs.arithmetic:arithmetic_reward"
 
 
 @dataclass(frozen=True)
@@ -108,9 +118,11 @@ class SandboxConfig:
     file_size_mb: int = 8  # RLIMIT_FSIZE: the largest file the code may write
     cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
     max_code_bytes: int = 1024 * 1024
-    python: str = "/usr/bin/python3"  # the interpreter inside the sandbox; must live under /usr
-    # Extra host paths bound read-only at the same place (e.g. an interpreter's prefix outside
-    # /usr). Started as uid 65534, bwrap must be able to reach them as that user.
+    # The interpreter inside the sandbox; its standard library, binary and shared libraries (found by
+    # asking it) are all of the host the sandbox sees.
+    python: str = "/usr/bin/python3"
+    # Extra host paths bound read-only at the same place (e.g. data files the code reads).
+    # Started as uid 65534, bwrap must be able to reach them as that user.
     ro_binds: tuple[str, ...] = ()
 
 
@@ -135,6 +147,9 @@ class ToolsConfig:
     timeout: float = 30.0  # tool server only: seconds per call, retries included
     max_workers: int = 8  # tool calls run at once per executor (or per rollout worker's client)
     request_interval: float = 0.0  # tool server only: seconds between request starts
+    # tool server only: a request body over this is refused by the client itself, never sent
+    # (the server's own max_body_bytes, 2 MiB by default, would answer 413)
+    max_body_bytes: int = 2 * 1024 * 1024
     executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
 
 
@@ -151,9 +166,16 @@ class ToolServerConfig:
     # namespace set-up rather than on a core: on 2 cores, 2 slots gave 52 runs/s, 4 gave 78 and
     # 8 gave 87 (benchmarks/tool_throughput.py). Each slot may hold sandbox_limits.memory_mb of memory.
     max_concurrency: int = 0
-    max_waiting: int = 1024  # requests waiting for a slot beyond this get 503
+    max_waiting: int = 1024  # requests waiting for a slot beyond this get 429 (decided before the body is read)
+    # One client's waiting requests (a ToolClient, named by its X-Relay-Client header, else the
+    # peer address); beyond this it gets 429 while other clients are still admitted.
+    max_waiting_per_client: int = 256
+    # Connections (one handler thread each) at once; past this a new one gets 429 at once.
+    # 0: slots + max_waiting + 64.
+    max_connections: int = 0
     max_body_bytes: int = 2 * 1024 * 1024
-    socket_timeout_s: float = 60.0  # a client that stops sending mid-request is dropped
+    read_timeout_s: float = 10.0  # deadline for a request's head and body to arrive (else 408)
+    socket_timeout_s: float = 60.0  # a client that stops reading the answer is dropped
 
 
 @dataclass(frozen=True)
@@ -214,6 +236,9 @@ class TrainingConfig:
     mixed_precision: Literal["none", "bf16"] = "none"  # bf16: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
     cpu_offload: bool = False  # parameters, gradients and optimizer state on the host (CPUOffloadPolicy; GPU ranks)
+    # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
+    # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
+    stop_after_failed_steps: int = 3
 
 
 @dataclass(frozen=True)
@@ -236,6 +261,12 @@ class CheckpointConfig:
     every: int = 0  # steps between checkpoints; 0: only the last step
     keep_last_n: int = 2
     save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+    # --resume when the newest checkpoint fails verification: false stops and names the newest one
+    # that verifies; true resumes from that one (the failing ones are renamed corrupt-step_*).
+    fallback: bool = False
+    # SIGINT / SIGTERM (Ctrl-C, `ray job stop`): checkpoint the last finished step before stopping,
+    # even when `every` does not make it due (false: keep only the checkpoints `every` writes).
+    on_stop: bool = True
 
 
 @dataclass(frozen=True)
@@ -253,8 +284,14 @@ class LoggingConfig:
     # None: a SQLite store in run_dir (see relay.loggers.MLflowLogger for why not a file store).
     mlflow_tracking_uri: str | None = None
     mlflow_experiment: str = "relay"
-    # Non-TTY console (e.g. `ray job submit` logs): one line every this many steps.
+    # The console prints the first step, every this many steps, and the last (on a terminal a
+    # progress bar shows every step as well).
     console_every: int = 10
+    # Full episodes as readable text in run_dir/samples/step_XXXXXX.txt (the prompt, each model turn
+    # with its tool calls, observations, rewards, finish reason) at the first step, every this many
+    # steps and the last; 0: none. `python -m relay.show runs/<name>` prints the latest.
+    samples_every: int = 10
+    samples_per_write: int = 4  # episodes per file
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ they are given directly (library use), so a check is written once."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from relay.config.schema import (
     RoleResources,
     SandboxConfig,
     SandboxMode,
+    TaskConfig,
     ToolsConfig,
     ToolServerConfig,
 )
@@ -35,6 +37,7 @@ def validate(cfg: Config) -> list[str]:
             p.append(msg)
 
     t, r, a, res = cfg.training, cfg.rollout, cfg.algorithm, cfg.resources
+    p += validate_run(cfg)
     need(t.steps >= 1, f"training.steps: must be >= 1, got {t.steps}")
     need(t.prompts_per_step >= 1, f"training.prompts_per_step: must be >= 1, got {t.prompts_per_step}")
     need(t.lr > 0, f"training.lr: must be > 0, got {t.lr}")
@@ -115,6 +118,10 @@ def validate(cfg: Config) -> list[str]:
         p.append(
             f"training.mini_batches={t.mini_batches} does not divide the rollout batch of {batch} samples (training.prompts_per_step x rollout.n)"
         )
+    need(
+        t.stop_after_failed_steps >= 0,
+        f"training.stop_after_failed_steps: must be >= 0, got {t.stop_after_failed_steps}",
+    )
     c = cfg.checkpoint
     need(c.every >= 0, f"checkpoint.every: must be >= 0, got {c.every}")
     need(
@@ -133,11 +140,11 @@ def validate(cfg: Config) -> list[str]:
         f = getattr(task, key)
         need(f is None or Path(f).exists(), f"task.{key}: file not found: {f}")
     need(1 <= task.digits <= 9, f"task.digits: must be in [1, 9], got {task.digits}")
-    for key in ("reward_fn", "env"):
-        dotted = getattr(task, key)
-        if dotted is not None:
-            err = check_dotted(dotted)
-            need(err is None, f"task.{key}: {err}")
+    p += validate_user_code(task)
+    need(
+        task.success_threshold == task.success_threshold and abs(task.success_threshold) != float("inf"),
+        f"task.success_threshold: must be a finite number, got {task.success_threshold}",
+    )
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
     need(
         r.max_tokens_per_turn is None or r.max_tokens_per_turn >= 1,
@@ -190,12 +197,43 @@ def validate_sharding(cfg: Config) -> list[str]:
     return p
 
 
+def validate_user_code(task: TaskConfig) -> list[str]:
+    """task.env and task.reward_fn: they load, and their signatures fit how they will be called."""
+    from relay.envs.contract import check_env_class
+    from relay.envs.trajectory import check_reward_fn
+
+    p = []
+    for key, dotted, check in (("env", task.env, check_env_class), ("reward_fn", task.reward_fn_path, check_reward_fn)):
+        if dotted is None:
+            continue
+        err = check_dotted(dotted)
+        if err is None:
+            err = check(resolve_dotted(dotted))
+        if err is not None:
+            p.append(f"task.{key}: {err}")
+    return p
+
+
+def validate_run(cfg: Config) -> list[str]:
+    """run.name is one folder name; run.output_dir can be created and written, checked now rather
+    than after Ray and the actors have started."""
+    p, name = [], cfg.run.name
+    if not name.strip() or name in (".", "..") or any(c in name for c in ("/", "\\", "\0", os.sep)):
+        p.append(f"run.name: must be one folder name (no path separators, not '.' or '..'), got {name!r}")
+    out = Path(cfg.run.output_dir).expanduser()
+    existing = out
+    while not existing.exists() and existing.parent != existing:  # where the folders would be created
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        p.append(f"run.output_dir: {existing} is a file, not a folder (output_dir is {cfg.run.output_dir})")
+    elif existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
+        p.append(f"run.output_dir: cannot write to {existing} (output_dir is {cfg.run.output_dir})")
+    return p
+
+
 def validate_tools(cfg: Config) -> list[str]:
-    """tools.*, and the task.env hooks the built-in loop needs."""
+    """tools.*: the parser, the sandbox, the client knobs, the tool functions, the executors."""
     tl, p = cfg.tools, []
-    if cfg.task.env is not None and cfg.task.train_file is None and check_dotted(cfg.task.env) is None:
-        if not hasattr(resolve_dotted(cfg.task.env), "make_rows"):
-            p.append(f"task.env: {cfg.task.env} has no make_rows(n, seed); give task.train_file rows for reset(**row)")
     if not tl.enabled:
         return p
     if tl.parser not in TOOL_PARSERS:
@@ -227,7 +265,7 @@ def validate_tool_client(tl: ToolsConfig) -> list[str]:
     for key in ("max_retries", "retry_delay", "request_interval"):
         if getattr(tl, key) < 0:
             p.append(f"tools.{key}: must be >= 0, got {getattr(tl, key)}")
-    for key in ("timeout", "max_workers"):
+    for key in ("timeout", "max_workers", "max_body_bytes"):
         if not getattr(tl, key) > 0:
             p.append(f"tools.{key}: must be > 0, got {getattr(tl, key)}")
     return p
@@ -263,10 +301,10 @@ def validate_tool_server(cfg: ToolServerConfig) -> list[str]:
         p.append(f"sandbox: {cfg.sandbox!r} is not one of {list(get_args(SandboxMode))}")
     if not 0 <= cfg.port <= 65535:
         p.append(f"port: must be in [0, 65535], got {cfg.port}")
-    for key in ("max_concurrency", "max_waiting"):
+    for key in ("max_concurrency", "max_waiting", "max_connections"):
         if getattr(cfg, key) < 0:
             p.append(f"{key}: must be >= 0, got {getattr(cfg, key)}")
-    for key in ("max_body_bytes", "socket_timeout_s"):
+    for key in ("max_waiting_per_client", "max_body_bytes", "read_timeout_s", "socket_timeout_s"):
         if not getattr(cfg, key) > 0:
             p.append(f"{key}: must be > 0, got {getattr(cfg, key)}")
     return p + validate_sandbox_limits(cfg.sandbox_limits)
@@ -276,6 +314,12 @@ def validate_logging(lg: LoggingConfig) -> list[str]:
     """logging.*: the enabled loggers' packages are importable, so a missing one fails here and
     not after every actor has loaded a model."""
     p = []
+    if lg.console_every < 1:
+        p.append(f"logging.console_every: must be >= 1, got {lg.console_every}")
+    if lg.samples_every < 0:
+        p.append(f"logging.samples_every: must be >= 0 (0: no sample files), got {lg.samples_every}")
+    if lg.samples_per_write < 1:
+        p.append(f"logging.samples_per_write: must be >= 1, got {lg.samples_per_write}")
     if lg.wandb and lg.wandb_mode not in WANDB_MODES:
         p.append(f"logging.wandb_mode: {lg.wandb_mode!r} is not one of {list(WANDB_MODES)}")
     for key in ("tensorboard", "wandb", "mlflow"):

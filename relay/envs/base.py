@@ -1,36 +1,46 @@
 """The Environment protocol, and EnvRunner: many environment instances behind batched calls.
 
     class MyEnv:                                    # no base class: any object with these methods
-        def reset(self, **row) -> str: ...          # a dataset row in, the first observation out
+        def reset(self) -> str: ...                 # or reset(self, **row) / reset(self, seed=None)
         def step(self, action: str) -> tuple[str, float, bool, dict]:   # observation, reward, done, info
         def get_state_description(self) -> str: ...
         def get_prompt_prefix(self) -> str: ...     # the system prompt ("" for none)
 
-Named in config by dotted path (`task.env: my_pkg.envs:MyEnv`), built with no arguments, one
-instance per episode in flight (EnvRunner pools and reuses them). The agent loop (relay/agent.py)
-gives every model turn that is not a tool call to `step` as the action; the observation comes
-back to the model as a user turn.
+Named in config by dotted path (`task.env: my_pkg.envs:MyEnv`), built as relay/envs/contract.py
+describes (`MyEnv(config)` with `task.env_config`, or `MyEnv()`), one instance per episode in
+flight (EnvRunner pools and reuses them). The agent loop (relay/agent.py) gives every model turn
+that is not a tool call to `step` as the action; the observation comes back to the model as a
+user turn. The model sees: the system prompt get_prompt_prefix() returns (task.system_prompt
+when that is empty), then reset()'s observation as the user's message.
 
 Rewards: the reward of each step lands in Sample.token_rewards at the last token of the model
 turn that earned it (per-turn credit for token-level estimators) and in Sample.meta["env"]
-["rewards"]; the final reward is the task's reward_fn, `episode_return` (the sum) for the
-built-in environments.
+["rewards"]; the final reward is the task's reward_fn (relay/envs/trajectory.py), by default
+`episode_return` (the sum). The reward function gets the episode's own instance after its last
+step: EnvRunner keeps a finished episode's instance until `finished(episode_id)` hands it over.
 
 Optional class-level hooks, used by the built-in tasks:
     make_rows(n, seed) -> list[dict]                   task rows when no task.train_file is given
-    warm_start_trajectories(n, seed) -> list[Trajectory]  (relay.chat) example episodes for the
+    warm_start_episodes(n, seed) -> list[ScriptedEpisode]  (relay.chat) example episodes for the
                                                         tiny model's warm start
 
 Outside-world failures are data: an environment that raises in reset or step ends its episode
-with the error recorded (StepResult.error); the instance is dropped, never reused.
+with the error recorded (StepResult.error); the instance is never reused. The first few errors
+are printed with their traceback, later ones only counted (the driver's env/errors metric).
 """
 
 from __future__ import annotations
 
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from relay.envs.contract import EnvMaker, row_seed
+
+PRINTED_ERRORS = 3  # tracebacks printed in full per EnvRunner; later errors print one line at powers of ten
+KEPT_FINISHED = 4096  # finished instances kept for the reward function before the oldest are reused
 
 
 class Environment(Protocol):
@@ -69,22 +79,27 @@ class EnvRunner:
     """Environment instances by episode id, with batched reset / step / close. Never raises on an
     environment's failure (that is data); raises on programming errors (unknown episode ids)."""
 
-    def __init__(self, factory: Callable[[], Environment]):
-        self.factory = factory
+    def __init__(self, maker: EnvMaker | Callable[..., Environment]):
+        self.maker = maker if isinstance(maker, EnvMaker) else EnvMaker(maker)
         self.live: dict[str, Environment] = {}
-        self.free: list[Environment] = []  # finished instances, reset before reuse
+        # finished episodes' instances, for their reward function: id -> (instance, may be reused)
+        self.ended: OrderedDict[str, tuple[Environment | None, bool]] = OrderedDict()
+        self.free: list[Environment] = []  # instances to reset for another episode
+        self.errors = 0
 
     def reset(self, episode_ids: list[str], rows: list[dict[str, Any]]) -> list[ResetResult]:
         out = []
         for eid, row in zip(episode_ids, rows, strict=True):
-            if eid in self.live:
+            if eid in self.live or eid in self.ended:
                 raise ValueError(f"episode {eid!r} is already running")
+            seed = row_seed(row)
             try:
-                env = self.free.pop() if self.free else self.factory()
-                obs = env.reset(**row)
-                prefix = env.get_prompt_prefix() or ""
+                env = self.free.pop() if self.free else self.maker.new(seed)
+                obs = self.maker.reset(env, row, seed)
+                prefix = (env.get_prompt_prefix() or "") if hasattr(env, "get_prompt_prefix") else ""
             except Exception as e:
-                out.append(ResetResult(error=_error("reset", e)))
+                out.append(ResetResult(error=self._report(_error("reset", e))))
+                self._end(eid, None, reuse=False)
                 continue
             self.live[eid] = env
             out.append(ResetResult(str(obs), str(prefix)))
@@ -98,19 +113,44 @@ class EnvRunner:
                 obs, reward, done, info = env.step(action)
                 res = StepResult(str(obs), float(reward), bool(done), dict(info or {}))
             except Exception as e:
-                del self.live[eid]  # its state is unknown now: never reuse it
-                out.append(StepResult(error=_error("step", e)))
+                self._end(eid, self.live.pop(eid), reuse=False)  # its state is unknown now: never reuse it
+                out.append(StepResult(error=self._report(_error("step", e))))
                 continue
             if res.done:
-                self.free.append(self.live.pop(eid))
+                self._end(eid, self.live.pop(eid))
             out.append(res)
         return out
 
     def close(self, episode_ids: list[str]) -> None:
-        """Episodes the agent loop ended (limits, errors): their instances go back to the pool."""
+        """Episodes the agent loop ended (limits, errors) are finished too."""
         for eid in episode_ids:
             if eid in self.live:
-                self.free.append(self.live.pop(eid))
+                self._end(eid, self.live.pop(eid))
+
+    def finished(self, episode_id: str) -> tuple[Environment | None, bool]:
+        """The episode's instance after its last step (None if it never started or was evicted),
+        and whether it may serve another episode: hand it back with `recycle` once scored."""
+        return self.ended.pop(episode_id, (None, False))
+
+    def recycle(self, env: Environment | None, reuse: bool) -> None:
+        if env is not None and reuse and self.maker.reusable:
+            self.free.append(env)
+
+    def _end(self, eid: str, env: Environment | None, reuse: bool = True) -> None:
+        self.ended[eid] = (env, reuse)
+        while len(self.ended) > KEPT_FINISHED:  # never scored (a rollout that was dropped): reuse the oldest
+            _, old = self.ended.popitem(last=False)
+            self.recycle(*old)
+
+    def _report(self, error: str) -> str:
+        self.errors += 1
+        if self.errors <= PRINTED_ERRORS:
+            print(f"EnvRunner: {error}", flush=True)
+        elif str(self.errors).strip("0") == "1":  # 10, 100, 1000, ...
+            print(
+                f"EnvRunner: {self.errors} environment errors so far; the latest: {error.splitlines()[0]}", flush=True
+            )
+        return error
 
 
 def episode_return(sample, env=None) -> float:

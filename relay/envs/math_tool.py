@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from relay.chat import Trajectory, TrajectoryTurn
+from relay.chat import ScriptedEpisode, ScriptedTurn
 from relay.envs.arithmetic import parse_answer
 
 PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."
@@ -66,7 +66,7 @@ class MathToolEnv:
         return make_rows(n, seed)
 
     @classmethod
-    def warm_start_trajectories(cls, n: int, seed: int) -> list[Trajectory]:
+    def warm_start_episodes(cls, n: int, seed: int) -> list[ScriptedEpisode]:
         rng = random.Random(seed)
         out = []
         for row in make_rows(n, seed):
@@ -74,14 +74,14 @@ class MathToolEnv:
             expr = row["prompt"].split("What is ")[1].split("?")[0]
             if rng.random() < cls.tool_fraction:
                 turns = [
-                    TrajectoryTurn(
+                    ScriptedTurn(
                         f"<tool>print({expr})</tool>",
                         eos=False,
                         observation=f"\n<result>\n{row['ground_truth']}\n</result>\n",
                     ),
-                    TrajectoryTurn(row["ground_truth"]),
+                    ScriptedTurn(row["ground_truth"]),
                 ]
             else:  # a direct answer: the format of one, the value mostly out of reach
-                turns = [TrajectoryTurn(row["ground_truth"])]
-            out.append(Trajectory(prompt, turns))
+                turns = [ScriptedTurn(row["ground_truth"])]
+            out.append(ScriptedEpisode(prompt, turns))
         return out

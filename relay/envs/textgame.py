@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from relay.chat import Trajectory, TrajectoryTurn
+from relay.chat import ScriptedEpisode, ScriptedTurn
 
 # Small name sets: the tiny model must read the room to act, but copying a name is not what
 # limits it; which item to take and when to attack is what RL has to learn.
@@ -73,7 +73,7 @@ class TextGameEnv:
         return rows
 
     @classmethod
-    def warm_start_trajectories(cls, n: int, seed: int) -> list[Trajectory]:
+    def warm_start_episodes(cls, n: int, seed: int) -> list[ScriptedEpisode]:
         """Played by a noisy script: often the best line, often a detour or a loss."""
         rng = random.Random(seed)
         out = []
@@ -95,6 +95,8 @@ class TextGameEnv:
             turns = []
             for action in plan:
                 obs, _, done, _ = env.step(action)
-                turns.append(TrajectoryTurn(action, observation=None if done else [{"role": "user", "content": obs}]))
-            out.append(Trajectory([{"role": "system", "content": PREFIX}, {"role": "user", "content": first}], turns))
+                turns.append(ScriptedTurn(action, observation=None if done else [{"role": "user", "content": obs}]))
+            out.append(
+                ScriptedEpisode([{"role": "system", "content": PREFIX}, {"role": "user", "content": first}], turns)
+            )
         return out

@@ -5,7 +5,7 @@ machine (other float kernels) builds a model that behaves the same (tests/slow c
 held-out accuracy). Writes each folder and its entry in the folder's manifest.json.
 
 `--env my_pkg.envs:MyEnv --out DIR` warm-starts the tiny model on a user's own environment class
-(one with `warm_start_trajectories(n, seed)`), for `model.path=DIR`.
+(one with `warm_start_episodes(n, seed)`), for `model.path=DIR`.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         from relay.models.shipped import shipped_model
 
         env_cls = resolve_dotted(args.env)
-        if not hasattr(env_cls, "warm_start_trajectories"):
-            print(f"--env {args.env}: the class has no warm_start_trajectories(n, seed) to learn from", file=sys.stderr)
+        if not hasattr(env_cls, "warm_start_episodes"):
+            print(f"--env {args.env}: the class has no warm_start_episodes(n, seed) to learn from", file=sys.stderr)
             return 2
         model, tokenizer = warm_start(shipped_model(BASE), env_cls)
         save_folder(model, tokenizer, args.out)

@@ -2,8 +2,8 @@
 
 The tiny model (relay/models/tiny.py) only knows two-digit addition. For an agentic task it
 first sees example trajectories from the task's environment class
-(`warm_start_trajectories(n, seed) -> list[relay.chat.Trajectory]`), laid out token for token
-as the agent loop lays out episodes (relay.chat.encode_trajectory), with loss on the model's
+(`warm_start_episodes(n, seed) -> list[relay.chat.ScriptedEpisode]`), laid out token for token
+as the agent loop lays out episodes (relay.chat.encode_scripted), with loss on the model's
 tokens only. The examples mix good and bad play, so RL starts from a model that knows the
 format and is often wrong. The built-in tasks' results are shipped (relay/models/shipped/);
 `python -m relay.models.build --env my_pkg.envs:MyEnv --out DIR` makes one for a user's task.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from relay.chat import ChatFormat, encode_trajectory
+from relay.chat import ChatFormat, encode_scripted
 
 DEFAULT_STEPS = 300  # for an environment class without a `warm_start_steps` attribute
 
@@ -30,7 +30,7 @@ def warm_start(base: Path, env_cls, steps: int | None = None, batch: int = 32, l
     tokenizer = load_tokenizer(str(base))
     model = load_model(str(base))
     fmt = ChatFormat(tokenizer)
-    examples = [encode_trajectory(fmt, t) for t in env_cls.warm_start_trajectories(steps * batch, seed + 1_000_003)]
+    examples = [encode_scripted(fmt, t) for t in env_cls.warm_start_episodes(steps * batch, seed + 1_000_003)]
     random.Random(seed).shuffle(examples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1)

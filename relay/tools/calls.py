@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,8 +42,20 @@ class ToolParser(Protocol):
     def format_result(self, call: ToolCall, result_text: str) -> str: ...
 
 
+def _parse_int(digits: str) -> int:
+    # Python refuses to convert integers longer than sys.get_int_max_str_digits() (4300 by
+    # default) with a ValueError that tells the reader to raise the limit; the model gets this instead.
+    limit = sys.get_int_max_str_digits()
+    if limit and len(digits.lstrip("-")) > limit:
+        raise ValueError(f"an integer of {len(digits.lstrip('-'))} digits is too large (at most {limit})")
+    return int(digits)
+
+
 # strict=False: accept raw newlines and tabs inside JSON strings; models write code that way.
-_LENIENT = json.JSONDecoder(strict=False)
+_LENIENT = json.JSONDecoder(strict=False, parse_int=_parse_int)
+# What decoding hostile text raises besides json.JSONDecodeError (a ValueError): RecursionError for
+# nesting deeper than the interpreter's recursion limit, ValueError for a too-long integer.
+JSON_FAILURES = (ValueError, RecursionError)
 
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*$", re.S)
 
@@ -72,8 +85,8 @@ def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
     if isinstance(args, str):
         try:
             args = _LENIENT.decode(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            return f'{where}: "arguments" of {name!r} is a string that is not valid JSON ({e.msg})'
+        except JSON_FAILURES as e:
+            return f'{where}: "arguments" of {name!r} is a string that is not valid JSON ({_json_reason(e)})'
     if args is None:
         args = {}
     if not isinstance(args, dict):
@@ -81,5 +94,14 @@ def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
     return ToolCall(name=name, arguments=args, raw=raw)
 
 
-def _json_error(where: str, payload: str, e: json.JSONDecodeError) -> str:
-    return f"{where}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}) in {_short(payload)}"
+def _json_reason(e: Exception) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno} column {e.colno}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return str(e)
+
+
+def _json_error(where: str, payload: str, e: Exception) -> str:
+    """The model-facing line for any of JSON_FAILURES."""
+    return f"{where}: invalid JSON ({_json_reason(e)}) in {_short(payload)}"

@@ -9,15 +9,20 @@ than tools.sandbox_limits.max_output_bytes are cut with "...[truncated N bytes]"
 
 Retries are only for failures where the server never answered: connection refused or reset
 before a response, and 502/503/504 from the server or a proxy in front of it. A request that got
-a result (whatever the code did) or a 4xx is never retried, and neither is a time-out while
-waiting for the answer (the code may be running; a retry would run it twice). `timeout` is the
-deadline for the whole call, retries and back-off included.
+a result (whatever the code did) or a 4xx (429 "full" included) is never retried, and neither is
+a time-out while waiting for the answer (the code may be running; a retry would run it twice).
+`timeout` is the deadline for the whole call, retries and back-off included. A body over
+tools.max_body_bytes is refused here, never sent. Every request names this client in the
+X-Relay-Client header, so the server's fair queue tells one rollout worker's calls from another's.
 """
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
+import os
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +32,8 @@ from relay.config import ConfigError, ToolsConfig, validate_sandbox_limits, vali
 from relay.tools.registry import ToolResult
 
 _RETRY_STATUS = (502, 503, 504)
+_CLIENT_HEADER = "X-Relay-Client"  # relay.tools.server.CLIENT_HEADER
+_client_numbers = itertools.count()
 
 
 def truncate(text: str, max_bytes: int) -> str:
@@ -57,6 +64,8 @@ class ToolClient:
         self._path = parts.path.rstrip("/") + "/execute"
         self._pace_lock = threading.Lock()
         self._next_start = 0.0
+        # Unique per client object across a cluster: host, process, and a counter in the process.
+        self.client_id = f"{socket.gethostname()}/{os.getpid()}/{next(_client_numbers)}"
 
     # -- one request ---------------------------------------------------------------------
 
@@ -68,7 +77,8 @@ class ToolClient:
         conn = self._connection(timeout)
         try:
             try:
-                conn.request("POST", self._path, body=body, headers={"Content-Type": "application/json"})
+                headers = {"Content-Type": "application/json", _CLIENT_HEADER: self.client_id}
+                conn.request("POST", self._path, body=body, headers=headers)
             except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as e:
                 raise _Retry(f"cannot reach the tool server at {self.cfg.server_url}: {e}") from None
             try:
@@ -109,6 +119,14 @@ class ToolClient:
             body = json.dumps({"code": code}).encode("utf-8", errors="surrogatepass")
         except (TypeError, ValueError) as e:
             return ToolResult(False, "", f"cannot encode the code: {e}", 0.0)
+        if len(body) > self.cfg.max_body_bytes:
+            return ToolResult(
+                False,
+                "",
+                f"tool call not sent: its request body is {len(body)} bytes, over tools.max_body_bytes "
+                f"({self.cfg.max_body_bytes})",
+                0.0,
+            )
         last = "no attempt made"
         for attempt in range(self.cfg.max_retries + 1):
             if attempt:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from relay.tools.calls import (
     _LENIENT,
+    JSON_FAILURES,
     ParseResult,
     ToolCall,
     ToolParser,
@@ -54,11 +55,12 @@ class TagParser:
         while (start := text.find(self.open_tag, pos)) != -1:
             body_start = start + len(self.open_tag)
             end = text.find(self.close_tag, body_start)
-            nested = text.find(self.open_tag, body_start)
             if end == -1:
                 res.errors.append(f"unclosed {self.open_tag}: the code must end with {self.close_tag}")
                 break
-            if nested != -1 and nested < end:
+            # The last opening before the close: one error for any number of repeated openings.
+            nested = text.rfind(self.open_tag, body_start, end)
+            if nested != -1:
                 res.errors.append(f"{self.open_tag} opened again before {self.close_tag}: one code block per tag")
                 pos = nested
                 continue
@@ -103,7 +105,7 @@ class HermesParser:
             pos = end + len(self.close_tag)
             try:
                 obj = _LENIENT.decode(payload)
-            except json.JSONDecodeError as e:
+            except JSON_FAILURES as e:
                 res.errors.append(_json_error(where, payload, e))
                 continue
             call = _call_from_obj(obj, raw, where)
@@ -129,31 +131,33 @@ class JsonParser:
     result_role = "tool"
     _fence = re.compile(r"```(?:json)?[ \t]*\n(.*?)```", re.S)
     _call_start = re.compile(r'\{\s*"(?:name|arguments)"\s*:')
+    # Where a call or a list of calls can start: an object with a string key (or empty), a list
+    # of objects or lists (or empty). Other brackets are skipped without decoding.
+    _candidate = re.compile(r'\{\s*["}]|\[\s*[\[{\]]')
 
     def parse(self, text: str) -> ParseResult:
         res = ParseResult()
-        decoder = _LENIENT
         bad_fences = []
         for m in self._fence.finditer(text):
             body = m.group(1).strip()
             if body and body[0] in "{[":
                 try:
                     _LENIENT.decode(body)
-                except json.JSONDecodeError as e:
+                except JSON_FAILURES as e:
                     res.errors.append(_json_error("tool call in ```json block", body, e))
                     bad_fences.append((m.start(), m.end()))
         i = 0
-        while i < len(text):
-            if text[i] not in "{[":
-                i += 1
-                continue
+        while (start := self._candidate.search(text, i)) is not None:
+            i = start.start()
             try:
-                obj, end = decoder.raw_decode(text, i)
-            except json.JSONDecodeError as e:
+                obj, end = _decode_at(text, i)
+            except JSON_FAILURES as e:
                 in_bad_fence = any(a <= i < b for a, b in bad_fences)
                 if self._call_start.match(text, i) and not in_bad_fence:
                     # It starts like a call ({"name": ...) but does not parse: tell the model.
                     res.errors.append(_json_error("tool call", text[i : i + 200], e))
+                    i = self._skip_object(text, i)
+                elif isinstance(e, RecursionError):  # deep brackets that are no call: skip them whole, once
                     i = self._skip_object(text, i)
                 else:
                     i += 1
@@ -191,6 +195,24 @@ class JsonParser:
         return result_text
 
 
+def _decode_at(text: str, i: int, window: int = 1024) -> tuple[Any, int]:
+    """_LENIENT.raw_decode(text, i) for text[i] in "{[", reading a growing window of the text from i.
+
+    json's error reports count the lines of the whole text before the error, so failing at every
+    bracket of a long turn would cost quadratic time; in a window a failure costs what it read.
+    A failure at the window's end (or in a string the window cut) is retried with a larger one."""
+    while True:
+        chunk = text[i : i + window]
+        try:
+            obj, end = _LENIENT.raw_decode(chunk)
+            return obj, i + end
+        except json.JSONDecodeError as e:
+            cut = i + window < len(text) and (e.pos >= len(chunk) - 6 or e.msg.startswith("Unterminated string"))
+            if not cut:
+                raise
+        window *= 4
+
+
 class ReActParser:
     """ReAct (Yao et al. 2022, arXiv:2210.03629) lines:
 
@@ -221,12 +243,13 @@ class ReActParser:
         for n, m in enumerate(self._action.finditer(text), start=1):
             where = f"Action {n}"
             name = m.group(1).strip().strip("`'\"")
-            inp = self._input.search(text, m.end())
             next_action = self._action.search(text, m.end())
+            # Only up to the next Action line: text of many Action lines stays linear.
+            inp = self._input.search(text, m.end(), next_action.start() if next_action else len(text))
             if not name:
                 res.errors.append(f'{where}: empty tool name after "Action:"')
                 continue
-            if inp is None or (next_action is not None and inp.start() > next_action.start()):
+            if inp is None:
                 res.errors.append(f'{where}: "Action: {name}" needs an "Action Input:" line after it')
                 continue
             body_start = inp.end()
@@ -238,7 +261,7 @@ class ReActParser:
             if stripped.startswith("{"):
                 try:
                     obj, end = _LENIENT.raw_decode(stripped)
-                except json.JSONDecodeError as e:
+                except JSON_FAILURES as e:
                     res.errors.append(_json_error(f"{where} ({name})", stripped, e))
                     continue
                 if stripped[end:].strip():

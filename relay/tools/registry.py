@@ -330,15 +330,18 @@ class ToolRegistry:
     def call(self, call: ToolCall) -> ToolResult:
         """Validate and run one call. Every failure is a ToolResult(ok=False, error=...)."""
         t0 = time.monotonic()
-        t = self._tools.get(call.name)
-        if t is None:
-            known = ", ".join(map(repr, self._tools)) or "none"
-            return ToolResult(False, "", f"unknown tool {call.name!r}; available tools: {known}", 0.0)
-        params = t.schema().get("function", {}).get("parameters", {"type": "object", "properties": {}})
-        if err := validate_arguments(call.name, call.arguments, params):
-            return ToolResult(False, "", err, time.monotonic() - t0)
         try:
+            t = self._tools.get(call.name) if isinstance(call.name, str) else None
+            if t is None:
+                known = ", ".join(map(repr, self._tools)) or "none"
+                return ToolResult(False, "", f"unknown tool {call.name!r}; available tools: {known}", 0.0)
+            params = t.schema().get("function", {}).get("parameters", {"type": "object", "properties": {}})
+            if err := validate_arguments(call.name, call.arguments, params):
+                return ToolResult(False, "", err, time.monotonic() - t0)
             return t.invoke(call.arguments)
-        except Exception as e:  # a tool object broke its never-raise contract: keep the rollout alive
-            log.exception("tool %s raised", call.name)
-            return ToolResult(False, "", f"tool {call.name!r} failed: {type(e).__name__}: {e}", time.monotonic() - t0)
+        except Exception as e:
+            # Hostile arguments (nesting past the recursion limit while validating, keys that are no
+            # identifiers) or a tool object that broke its never-raise contract: the rollout goes on.
+            log.exception("tool call %r failed", call.name)
+            reason = f"{type(e).__name__}: {e}"
+            return ToolResult(False, "", f"tool {call.name!r} failed: {reason[:500]}", time.monotonic() - t0)

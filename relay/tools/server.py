@@ -2,18 +2,28 @@
 
 Protocol:
     POST /execute  {"code": "..."}   (any other field is ignored: it can never raise a limit)
+        header X-Relay-Client: <id>  optional; the fair queue's client (else the peer address)
         200 -> {"ok", "stdout", "stderr", "exit_code", "timed_out", "truncated", "error",
                 "killed_reason", "seconds"}          the code ran (whatever it did)
-        400 bad JSON / no "code" string   413 body too large   503 queue full (retry later)
-        500 the sandbox itself failed
+        400 the body is not JSON for any reason (invalid UTF-8, too deep, a huge number, cut
+            short) or has no "code" string        408 the request did not arrive by the read
+        deadline   411 no Content-Length   413 body too large   429 full: too many waiting
+        requests (all, or this client's) or connections   500 the sandbox itself failed
     GET /health -> {"ok": true, "sandbox": "bwrap", "running": n, "waiting": m, ...}
 
     python -m relay.tools.server --port 30003 --host 127.0.0.1
 
+Hostile or broken clients are bounded before they cost a sandbox: at most max_connections
+connections (and handler threads) at once, each request read under one deadline for its head
+and body (read_timeout_s), admission to the queue decided from the headers before the body is
+read, and every reply, errors included, a JSON body rather than a dropped connection. Slots go
+to clients fairly (relay.tools.admission.FairSlots): one rollout's backlog of slow runs does not
+starve another's.
+
 Why the standard library (http.server) and not aiohttp: `relay/` is torch + stdlib only, and
 every request's work is a blocking subprocess wait, so one thread per request is the natural
-shape; a semaphore bounds how many sandboxes run at once (the rest wait in line). Responses
-close the connection (HTTP/1.0), so stopping the server never waits on idle keep-alive sockets.
+shape. Responses close the connection (HTTP/1.0), so stopping the server never waits on idle
+keep-alive sockets.
 
 Binds 127.0.0.1 by default. There is no authentication: expose it beyond loopback only inside a
 private cluster network.
@@ -22,21 +32,29 @@ private cluster network.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
-from collections import deque
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import get_args
 
 from relay.config import ConfigError, SandboxConfig, SandboxMode, ToolServerConfig, validate_tool_server
+from relay.tools.admission import DeadlineReader, FairSlots, parse_body
 from relay.tools.sandbox import SandboxResult, make_runner
 
 log = logging.getLogger(__name__)
+
+_DRAIN_S = 1.0  # a connection refused over the cap is drained this long at most, then closed
+_MAX_DRAINING = 1024  # beyond this many at once, refused connections are closed at once
+
+CLIENT_HEADER = "X-Relay-Client"
 
 
 def failure(message: str) -> dict:
@@ -57,10 +75,28 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server_version = "relay-tools/1"
 
+    def setup(self) -> None:
+        super().setup()
+        self._replied = False
+        self._reader = DeadlineReader(self.connection, time.monotonic() + self.server.owner.cfg.read_timeout_s)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        finally:
+            if self._reader.expired and not self._replied:  # the head never arrived in time
+                try:
+                    self._error(408, "request not received within the read deadline")
+                except OSError:
+                    pass
+
     def log_message(self, fmt, *args):  # route http.server's stderr lines to logging
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def _reply(self, status: int, body: dict) -> None:
+        self._replied = True
+        self.connection.settimeout(self.timeout)  # the read deadline does not bound the answer
         data = json.dumps(body, ensure_ascii=False).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -72,73 +108,70 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._reply(status, failure(message))
 
+    def _refuse_unread(self, status: int, message: str, length: int) -> None:
+        """Answer before reading the body, then read and drop it (up to `length`, within the read
+        deadline): closing with unread data would reset the connection and could lose the answer."""
+        self._error(status, message)
+        self.wfile.flush()
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            left = min(max(length, 0), self.server.owner.cfg.max_body_bytes) + 65536
+            while left > 0 and (chunk := self.rfile.read1(min(left, 65536))):
+                left -= len(chunk)
+        except OSError:  # TimeoutError included: the client stopped sending
+            pass
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/health", ""):
             self._reply(200, self.server.owner.health())
         else:
             self._error(404, f"no such endpoint {self.path!r}; use POST /execute or GET /health")
 
+    def client_id(self) -> str:
+        given = self.headers.get(CLIENT_HEADER, "")
+        return given[:128] if given.isprintable() and given else self.client_address[0]
+
     def do_POST(self) -> None:
         if self.path.rstrip("/") != "/execute":
-            self._error(404, f"no such endpoint {self.path!r}; use POST /execute")
+            self._refuse_unread(404, f"no such endpoint {self.path!r}; use POST /execute", 0)
             return
-        cfg = self.server.owner.cfg
+        owner, cfg = self.server.owner, self.server.owner.cfg
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            self._error(411, "Content-Length required")
+            self._refuse_unread(411, "Content-Length required", 0)
             return
         if length < 0 or length > cfg.max_body_bytes:
-            self._error(413, f"request body over {cfg.max_body_bytes} bytes")
+            self._refuse_unread(413, f"request body over {cfg.max_body_bytes} bytes", length)
+            return
+        client = self.client_id()
+        refused = owner.queue.admit(client)  # before the body is read: a full server reads nothing
+        if refused:
+            self._refuse_unread(429, refused, length)
             return
         try:
-            payload = json.loads(self.rfile.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            self._error(400, f"request body is not JSON: {e}")
-            return
-        if not isinstance(payload, dict) or not isinstance(payload.get("code"), str):
-            self._error(400, 'expected a JSON object {"code": "<python source>"}')
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                owner.queue.withdraw(client)
+                self._error(408, f"request body not received within {cfg.read_timeout_s:g} s")
+                return
+            except OSError as e:
+                owner.queue.withdraw(client)
+                log.debug("client %s went away mid-body: %s", client, e)
+                return
+            code, why = parse_body(body) if len(body) == length else (None, "request body cut short")
+        except BaseException:
+            owner.queue.withdraw(client)
+            raise
+        if code is None:
+            owner.queue.withdraw(client)
+            self._error(400, why)
             return
         # Only the code goes on. Fields such as "timeout" or "memory_mb" are ignored on purpose:
         # limits come from the server's configuration, never from a model's tool call.
-        status, body = self.server.owner.execute(payload["code"])
-        self._reply(status, body)
-
-
-class _FifoSlots:
-    """A counting semaphore that hands free slots to waiters in arrival order.
-
-    threading.Semaphore wakes an arbitrary waiter, which stretched p99 latency at 64 concurrent
-    calls to twice the median (benchmarks/tool_throughput.py); first come, first served keeps
-    the wait proportional to the queue ahead.
-    """
-
-    def __init__(self, n: int):
-        self._free = n
-        self._lock = threading.Lock()
-        self._waiters: deque[threading.Event] = deque()
-
-    def acquire(self) -> None:
-        with self._lock:
-            if self._free > 0 and not self._waiters:
-                self._free -= 1
-                return
-            ticket = threading.Event()
-            self._waiters.append(ticket)
-        ticket.wait()  # release() handed its slot to us
-
-    def release(self) -> None:
-        with self._lock:
-            if self._waiters:
-                self._waiters.popleft().set()
-            else:
-                self._free += 1
-
-    def __enter__(self) -> None:
-        self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+        status, reply = owner.execute_admitted(code, client)
+        self._reply(status, reply)
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -147,6 +180,67 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256  # listen backlog: bursts of 64+ connections wait in the kernel
     owner: ToolServer
+    _refused: list[tuple[float, socket.socket]]  # (drain until, socket) of connections over the cap
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, up to max_connections; past that, a 429 from this thread."""
+        if not self.owner._open_connection():
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.owner._close_connection()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.owner._close_connection()
+
+    def _refuse(self, request: socket.socket) -> None:
+        """429 from the accepting thread, which never waits on this client: the socket is then
+        drained by service_actions() until the client closes (up to a second), since closing
+        with unread request bytes would reset the connection and could lose the answer."""
+        body = json.dumps(failure(f"tool server full: {self.owner.max_connections} connections open")).encode()
+        head = f"HTTP/1.0 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        try:
+            request.setblocking(False)
+            request.send(head.encode() + b"Connection: close\r\n\r\n" + body)
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.shutdown_request(request)
+            return
+        if len(self._refused) >= _MAX_DRAINING:
+            self.shutdown_request(request)
+        else:
+            self._refused.append((time.monotonic() + _DRAIN_S, request))
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): drain refused sockets, close finished ones."""
+        super().service_actions()
+        now, keep = time.monotonic(), []
+        for deadline, sock in self._refused:
+            try:
+                while sock.recv(65536):
+                    pass
+                done = True  # the client closed its side
+            except BlockingIOError:
+                done = now > deadline
+            except OSError:
+                done = True
+            if done:
+                self.shutdown_request(sock)
+            else:
+                keep.append((deadline, sock))
+        self._refused = keep
+
+    def server_close(self) -> None:
+        super().server_close()
+        for _, sock in self._refused:
+            self.shutdown_request(sock)
+        self._refused = []
 
 
 class ToolServer:
@@ -161,14 +255,15 @@ class ToolServer:
         self.cfg = cfg
         # Refuses here, before binding, when the sandbox cannot be built (sandbox="bwrap").
         self.runner = runner or make_runner(cfg.sandbox, cfg.sandbox_limits)
-        slots = cfg.max_concurrency or 2 * (os.cpu_count() or 1)
-        self.slots = slots
-        self._slots = _FifoSlots(slots)
+        self.slots = cfg.max_concurrency or 2 * (os.cpu_count() or 1)
+        self.queue = FairSlots(self.slots, cfg.max_waiting, cfg.max_waiting_per_client)
+        self.max_connections = cfg.max_connections or self.slots + cfg.max_waiting + 64
         self._lock = threading.Lock()
-        self._running = self._waiting = self._served = 0
+        self._served = self._connections = 0
         handler = type("Handler", (_Handler,), {"timeout": cfg.socket_timeout_s})
         self._httpd = _HTTPServer((cfg.host, cfg.port), handler)
         self._httpd.owner = self
+        self._httpd._refused = []
         self._httpd.timeout = None
         self._thread: threading.Thread | None = None
 
@@ -181,44 +276,58 @@ class ToolServer:
     def port(self) -> int:
         return self._httpd.server_address[1]
 
-    def health(self) -> dict:
+    def _open_connection(self) -> bool:
         with self._lock:
-            limits = self.cfg.sandbox_limits
-            return {
-                "ok": True,
-                "sandbox": self.cfg.sandbox,
-                "slots": self.slots,
-                "running": self._running,
-                "waiting": self._waiting,
-                "served": self._served,
-                "limits": {
-                    "wall_timeout_s": limits.wall_timeout_s,
-                    "cpu_seconds": limits.cpu_seconds,
-                    "memory_mb": limits.memory_mb,
-                    "max_pids": limits.max_pids,
-                    "max_output_bytes": limits.max_output_bytes,
-                },
-            }
+            if self._connections >= self.max_connections:
+                return False
+            self._connections += 1
+            return True
 
-    def execute(self, code: str) -> tuple[int, dict]:
-        """(HTTP status, body): wait for a slot, run the code in the sandbox."""
+    def _close_connection(self) -> None:
         with self._lock:
-            if self._waiting >= self.cfg.max_waiting:
-                return 503, failure("tool server busy: too many waiting requests")
-            self._waiting += 1
-        with self._slots:
+            self._connections -= 1
+
+    def health(self) -> dict:
+        limits = self.cfg.sandbox_limits
+        with self._lock:
+            served, connections = self._served, self._connections
+        return {
+            "ok": True,
+            "sandbox": self.cfg.sandbox,
+            "slots": self.slots,
+            "running": self.queue.running,
+            "waiting": self.queue.waiting,
+            "clients": self.queue.clients(),
+            "served": served,
+            "connections": connections,  # open HTTP connections (a GET /health counts its own)
+            "max_connections": self.max_connections,
+            "limits": {
+                "wall_timeout_s": limits.wall_timeout_s,
+                "cpu_seconds": limits.cpu_seconds,
+                "memory_mb": limits.memory_mb,
+                "max_pids": limits.max_pids,
+                "max_output_bytes": limits.max_output_bytes,
+            },
+        }
+
+    def execute(self, code: str, client: str = "local") -> tuple[int, dict]:
+        """(HTTP status, body): take a place in line for `client`, wait for a slot, run the code."""
+        refused = self.queue.admit(client)
+        if refused:
+            return 429, failure(refused)
+        return self.execute_admitted(code, client)
+
+    def execute_admitted(self, code: str, client: str) -> tuple[int, dict]:
+        self.queue.acquire(client)
+        try:
+            res = self.runner(code)
+        except Exception as e:  # the sandbox machinery broke (not the code): log it, tell the client
+            log.exception("sandbox run failed")
+            return 500, failure(f"sandbox failure: {type(e).__name__}: {e}")
+        finally:
+            self.queue.release(client)
             with self._lock:
-                self._waiting -= 1
-                self._running += 1
-            try:
-                res = self.runner(code)
-            except Exception as e:  # the sandbox machinery broke (not the code): log it, tell the client
-                log.exception("sandbox run failed")
-                return 500, failure(f"sandbox failure: {type(e).__name__}: {e}")
-            finally:
-                with self._lock:
-                    self._running -= 1
-                    self._served += 1
+                self._served += 1
         return 200, res.to_json()
 
     def start(self) -> ToolServer:
@@ -276,7 +385,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--max-concurrency", type=int, default=d.max_concurrency, help="sandboxes at once (0: two per CPU core)"
     )
-    p.add_argument("--max-waiting", type=int, default=d.max_waiting)
+    p.add_argument("--max-waiting", type=int, default=d.max_waiting, help="requests waiting beyond this get 429")
+    p.add_argument("--max-waiting-per-client", type=int, default=d.max_waiting_per_client)
+    p.add_argument("--max-connections", type=int, default=d.max_connections, help="0: slots + max-waiting + 64")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument(
+        "--read-timeout-s", type=float, default=d.read_timeout_s, help="deadline for a request to arrive (else 408)"
+    )
     # The sandbox_limits, one flag each (--memory-mb is sandbox_limits.memory_mb).
     for name in _LIMIT_FLAGS:
         default = getattr(limits, name)
@@ -293,6 +408,10 @@ def main(argv: list[str] | None = None) -> None:
         sandbox_limits=sandbox_limits,
         max_concurrency=a.max_concurrency,
         max_waiting=a.max_waiting,
+        max_waiting_per_client=a.max_waiting_per_client,
+        max_connections=a.max_connections,
+        max_body_bytes=a.max_body_bytes,
+        read_timeout_s=a.read_timeout_s,
     )
     try:
         server = ToolServer(cfg)

@@ -7,6 +7,8 @@ read-back polls, bounded by a deadline; no assertion is about time.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import tempfile
 import time
@@ -23,6 +25,7 @@ from relay.tools.sandbox import SandboxConfig, sandbox_available
 from tests.prometheus import export_port, scrape
 
 REPO = Path(__file__).resolve().parents[2]
+GRAFANA_DASHBOARD = REPO / "grafana" / "relay_dashboard.json"
 
 STEP = {
     "reward/mean": 0.625,
@@ -168,3 +171,39 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
         # the learner's own update time has its own key, inside the driver's update phase
         assert 0 < metrics[keys.LEARNER_UPDATE_S] <= metrics[keys.phase_seconds("update")]
     assert sum(m[keys.TOOL_CALLS] for m in reported) > 0
+
+
+def grafana_metric_names() -> set[str]:
+    """Every relay metric the shipped Grafana dashboard's panels and run variable query."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    queries += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return {name for query in queries for name in re.findall(r"\bray_relay_\w+", query)}
+
+
+@pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here")
+def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_path):
+    """Two real steps of the tool-using math task with a reference policy (so tool and KL metrics
+    exist too), then the node's Prometheus export must hold every metric the dashboard queries.
+    The sandbox takes code of at most 1 byte, so every tool call fails: Ray exports a counter
+    only once it has counted something, and the tool-error counter must have a series."""
+    names = grafana_metric_names()
+    assert len(names) >= 12, names  # the parse found the queries
+    cfg = load_config(
+        REPO / "configs/math_tool.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=grafana-names",
+            "tools.sandbox_limits.max_code_bytes=1",
+            "training.steps=2",
+            "training.prompts_per_step=2",
+            "rollout.n=2",
+            "task.num_eval_rows=2",
+            "algorithm.kl_coef=0.001",
+            "checkpoint.save_hf_model=false",
+            "logging.console=false",
+        ],
+    )
+    driver.train(cfg)
+    exported = {name for name, _, _ in wait_for(export_port(ray_session), names, "grafana-names", deadline_s=60)}
+    assert names <= exported, f"the dashboard queries metrics no run exports: {sorted(names - exported)}"

@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import driver
-from relay.checkpoint import CheckpointCorruptError
+from relay.checkpoint import CheckpointCorruptError, save_checkpoint
 from relay.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +31,8 @@ def test_default_training_raises_heldout_accuracy(tmp_path, ray_session):
     # Step-0 agreement through the actors: engine logprobs vs the learner's, same tokens.
     assert first["rollout/logprob_diff_max"] < 1e-3
     assert (Path(summary["run_dir"]) / "config.yaml").exists()
+    samples = sorted(p.name for p in (Path(summary["run_dir"]) / "samples").iterdir())  # logging.samples_every=10
+    assert samples == ["step_000001.txt", *(f"step_{s:06d}.txt" for s in range(10, 61, 10))]
 
 
 def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session):
@@ -53,6 +56,28 @@ def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session
     victim.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match="policy.safetensors"):
         run(tmp_path, overrides=[*small, "run.name=part"], resume=True)
+    # checkpoint.fallback=true: resumes from step 2 (the newest that verifies) and repeats steps 3-4 exactly.
+    again = run(tmp_path, overrides=[*small, "run.name=part", "checkpoint.fallback=true"], resume=True)
+    c = metrics(again["run_dir"])  # the last record of each step: the fallback run's
+    for step in (3, 4):
+        for key in ("actor/loss", "actor/grad_norm", "reward/mean"):
+            assert a[step][key] == c[step][key], (step, key, a[step][key], c[step][key])
+    assert (victim.parent.parent / "corrupt-step_00000004").is_dir()
+
+
+def test_resume_from_a_corrupt_checkpoint_exits_with_one_line(tmp_path, capsys):
+    """driver.main, stopped before Ray starts: the newest checkpoint fails, an older one verifies."""
+    root = tmp_path / "run" / "checkpoints"
+    for step in (1, 2):
+        save_checkpoint(root, step, {"policy": {"w": torch.ones(1)}}, {"step": step})
+    (root / "step_00000002" / "state.json").write_text("{}")
+
+    code = driver.main(["--resume", f"run.output_dir={tmp_path}", "run.name=run", "logging.console=false"])
+
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("relay:")]
+    assert code == 1
+    assert len(said) == 1 and said[0].startswith("relay: the run stopped: --resume: the newest checkpoint")
+    assert f"the newest that verifies is {root / 'step_00000001'}" in said[0]
 
 
 # 20 steps: on the shipped tiny model every recipe gained +0.27 to +0.46 held-out accuracy in 20

@@ -221,7 +221,7 @@ for i in range(6):
         b = bytearray(100 * 2**20)
         for j in range(0, len(b), 4096):
             b[j] = 1
-        time.sleep(2)
+        time.sleep(1)
         os._exit(0)
 for i in range(6):
     try:

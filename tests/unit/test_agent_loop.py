@@ -14,7 +14,7 @@ import copy
 import pytest
 
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
-from relay.chat import ChatFormat, encode_trajectory
+from relay.chat import ChatFormat, encode_scripted
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.math_tool import MathToolEnv, math_tool_reward
@@ -327,8 +327,12 @@ def test_env_exception_is_data_and_the_rollout_goes_on(tok):
     assert (
         good.finish_reason == "stop" and good.meta["env"]["rewards"] == [0.25] * 3 and good.meta["env"]["error"] is None
     )
-    assert runner.live == {}  # every instance handed back (the broken one dropped)
-    assert len(runner.free) == 1
+    assert runner.live == {}  # every episode finished; its instance waits for the reward function
+    handed = [runner.finished(s.meta["episode_id"]) for s in samples]
+    assert [env is not None for env, _ in handed] == [True, True] and [reuse for _, reuse in handed] == [False, True]
+    for env, reuse in handed:
+        runner.recycle(env, reuse)
+    assert len(runner.free) == 1  # the good instance serves again; the broken one never does
     for s in samples:
         check_exact(s, engine)
 
@@ -450,16 +454,16 @@ def test_many_episodes_one_generate_call_per_turn(tok):
 def test_builtin_trajectories_use_the_loop_layout(tok):
     """Warm-start examples are laid out as the loop lays out episodes (same ids, same mask)."""
     fmt = ChatFormat(tok)
-    traj = MathToolEnv.warm_start_trajectories(40, 0)
+    traj = MathToolEnv.warm_start_episodes(40, 0)
     tool_traj = next(t for t in traj if len(t.turns) == 2)
-    prompt, response, mask = encode_trajectory(fmt, tool_traj)
+    prompt, response, mask = encode_scripted(fmt, tool_traj)
     texts = [t.text for t in tool_traj.turns]
     engine = ScriptedEngine(tok, lambda turn, text: [texts[0], texts[1] + EOS][turn])
     loop = AgentLoop(engine, tok, AgentLimits(max_tokens_per_turn=40), parser=get_parser("tag"), run_tools=calculator)
     [s] = loop.run([{"prompt": tool_traj.prompt[0]["content"]}], SamplingParams(), n=1)
     assert (s.prompt_ids, s.response_ids, s.loss_mask) == (prompt, response, mask)
 
-    game = TextGameEnv.warm_start_trajectories(20, 0)
+    game = TextGameEnv.warm_start_episodes(20, 0)
     assert {len(t.turns) for t in game} >= {1, 2, 3}
     env = TextGameEnv()
     row = TextGameEnv.make_rows(1, 3)[0]

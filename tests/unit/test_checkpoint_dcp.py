@@ -80,3 +80,12 @@ def test_shards_are_in_the_manifest_and_a_changed_shard_is_named(tmp_path):
         assert shard in str(e)
     else:
         raise AssertionError("a changed shard went unnoticed")
+
+
+def test_manifest_entries_may_name_one_role_folder_and_dcp_metadata_only():
+    from relay.checkpoint_manifest import entry_name_problem
+
+    for name in ("learner/.metadata", "learner/__0_0.distcp", "critic/rank_1.json", "policy.safetensors"):
+        assert entry_name_problem(name) is None, name
+    for name in ("a/b/c", "../x", "learner/../x", ".hidden/x", "learner/.other", "/abs/x", "learner\\x", "learner/"):
+        assert entry_name_problem(name) is not None, name

@@ -27,8 +27,8 @@ def test_bad_rows_name_file_and_line(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "ground_truth": 1}\n{oops\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):
         load_rows(tmp_path / "bad.jsonl")
-    (tmp_path / "noanswer.jsonl").write_text('{"prompt": "a"}\n')
-    with pytest.raises(ValueError, match="row 0 has no 'ground_truth'"):
+    (tmp_path / "noanswer.jsonl").write_text('{"prompt": "a", "ground_truth": 1}\n\n{"prompt": "b"}\n')
+    with pytest.raises(ValueError, match=r"noanswer.jsonl:3: row has no 'ground_truth' \(task.answer_key\)"):
         load_rows(tmp_path / "noanswer.jsonl")
 
 

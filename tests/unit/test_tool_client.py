@@ -21,7 +21,7 @@ class Scripted(ThreadingHTTPServer):
 
     def __init__(self, script: list[str]):
         super().__init__(("127.0.0.1", 0), Handler)
-        self.script, self.requests, self.codes = script, 0, []
+        self.script, self.requests, self.codes, self.clients = script, 0, [], []
         self.release = threading.Event()
         self.lock = threading.Lock()
 
@@ -45,6 +45,7 @@ class Handler(BaseHTTPRequestHandler):
             i = self.server.requests
             self.server.requests += 1
             self.server.codes.append(payload["code"])
+            self.server.clients.append(self.headers.get("X-Relay-Client"))
         action = self.server.script[min(i, len(self.server.script) - 1)]
         result = {
             "ok": True,
@@ -109,7 +110,8 @@ def test_settings_are_the_tools_config():
         c.timeout,
         c.max_workers,
         c.request_interval,
-    ) == (False, None, 3, 3, 1.0, 30.0, 8, 0.0)
+        c.max_body_bytes,
+    ) == (False, None, 3, 3, 1.0, 30.0, 8, 0.0, 2 * 1024 * 1024)
     with pytest.raises(ConfigError) as err:
         ToolClient(ToolsConfig(server_url="ftp://x", timeout=0))
     assert err.value.problems == [
@@ -148,7 +150,7 @@ def test_gives_up_after_max_retries(make_server):
     assert "unavailable after 3 attempt(s)" in r.error and "HTTP 503" in r.error and "scripted 503" in r.error
 
 
-@pytest.mark.parametrize("status", ["400", "404", "413", "500"])
+@pytest.mark.parametrize("status", ["400", "404", "408", "413", "429", "500"])
 def test_never_retries_4xx_or_500(make_server, status):
     srv = make_server(status, "ok")
     r = client_for(srv).execute("x")
@@ -219,3 +221,21 @@ def test_execute_batch_keeps_order(make_server):
 def test_health(make_server):
     srv = make_server("ok")
     assert client_for(srv).health() is None  # the scripted server has no GET /health
+
+
+def test_body_over_max_body_bytes_is_never_sent(make_server):
+    srv = make_server("ok")
+    client = client_for(srv, max_body_bytes=100)
+    r = client.execute("x" * 200)
+    assert not r.ok and srv.requests == 0
+    assert r.error == "tool call not sent: its request body is 212 bytes, over tools.max_body_bytes (100)"
+    assert client.execute("x" * 50).ok and srv.requests == 1  # 62 bytes: sent
+
+
+def test_every_request_names_its_client(make_server):
+    srv = make_server("ok")
+    a, b = client_for(srv), client_for(srv)
+    a.execute("1")
+    a.execute("2")
+    b.execute("3")
+    assert srv.clients == [a.client_id, a.client_id, b.client_id] and a.client_id != b.client_id

@@ -1,5 +1,7 @@
 """The update loop the Learner and the Critic share (relay/update_loop.py)."""
 
+import math
+
 import pytest
 import torch
 
@@ -117,3 +119,26 @@ def test_learner_and_critic_shuffle_mini_batches_by_the_same_rule(tiny_model_pat
     batch.returns = batch.advantages
     assert seen_groups(learner) == expected
     assert seen_groups(critic) == expected
+
+
+@pytest.mark.parametrize("bad", ["loss", "grad"])
+def test_a_non_finite_step_is_skipped_and_never_reaches_the_weights(bad):
+    batch, model = make_batch(), TokenRegressor()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    good = model.loss_fn("token-mean")
+
+    def poisoned(micro: Batch):
+        value, metrics = good(micro)
+        if bad == "loss":
+            return value * float("nan"), metrics
+        return value + torch.sqrt(model.head.bias.sum() * 0.0), metrics  # a finite loss with a NaN gradient
+
+    training = TrainingConfig(ppo_epochs=2, mini_batches=2, micro_batch_size=4)
+    metrics = run_update(model, optimizer, batch, poisoned, training, seed=0)
+    assert metrics["skipped_steps"] == 4.0 and metrics["optimizer_steps"] == 0.0
+    assert metrics["skipped_nonfinite_loss" if bad == "loss" else "skipped_nonfinite_grad_norm"] == 4.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert optimizer.state_dict()["state"] == {}  # no moments from a poisoned step either
+    metrics = run_update(model, optimizer, batch, good, training, seed=0)  # the next good step trains
+    assert metrics["optimizer_steps"] == 4.0 and all(math.isfinite(p.sum().item()) for p in model.parameters())

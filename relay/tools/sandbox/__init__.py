@@ -5,9 +5,9 @@ limit, memory limit, no writes outside a temp folder, process-count limit, wall 
 tree) on the machines relay targets:
 
 - bubblewrap: every namespace unshared (the network namespace has only `lo`), uid/gid 65534,
-  no capabilities, `--die-with-parent`, `--new-session`, a cleared environment, read-only `/usr`,
-  a fresh `/proc` and `/dev`, size-capped tmpfs for `/tmp` and the working folder `/sandbox`;
-  Python started with `-I -S` (no user site, no site-packages, no PYTHON* variables);
+  no capabilities, `--die-with-parent`, `--new-session`, a cleared environment, a fresh `/proc`
+  and `/dev`, size-capped tmpfs for `/tmp` and the working folder `/sandbox`; Python started
+  with `-I -S` (no user site, no site-packages, no PYTHON* variables);
 - rlimits set in the child before exec: CPU, AS, FSIZE, NOFILE, CORE=0;
 - a cgroup per run (v1: `memory` with `memsw`, `pids`; v2: `memory.max`, `memory.swap.max`,
   `pids.max`), the child placed in it before exec, swept (every pid killed) and removed after;
@@ -36,6 +36,16 @@ Beyond the recipe (each found by probing this machine, see the tests in tests/sa
   for, so RLIMIT_CPU's soft limit equals its hard one (SIGKILL, not an ignorable SIGXCPU).
 - The code reaches the sandbox through a memfd (`--ro-bind-data`): no argv size limit, nothing
   written to the host's disk.
+- Read-only binds of the interpreter's own files only (its standard library, binary, loader and
+  shared libraries, found by asking it once: mounts.py), not the host's whole `/usr`: no shell,
+  compiler or other host program exists inside.
+- `/proc`'s host-wide files and folders (kernel command line, version, modules, symbols,
+  devices, interrupts, `/proc/sys`, ...) are covered by empty ones, and `/proc/meminfo` shows the
+  run's memory limit (mounts.py).
+- A seccomp filter (`--seccomp`, compiled by libseccomp: seccomp_filter.py) makes io_uring,
+  bpf, perf_event_open, the keyring calls, open_by_handle_at, userfaultfd, ptrace and
+  process_vm_*, kexec, module loading, mount and its new API, unshare and setns fail with EPERM,
+  and kills a process that makes a system call through a foreign ABI (reported as SIGSYS).
 
 Limits come only from `SandboxConfig` (tools.sandbox_limits, or the tool server's sandbox_limits).
 Nothing a model writes in a tool call reaches this package except the code string.
@@ -47,6 +57,8 @@ the sandbox cannot be built at all, which is a set-up problem to fix, not a mode
 The package:
     config.py    SandboxResult, SandboxUnavailable; SandboxConfig (the limits) from relay.config
     cgroups.py   cgroup layout discovery, the per-run cgroup, sweeping stale ones, swap probing
+    mounts.py    the files the sandbox sees: the interpreter's own, and a covered /proc
+    seccomp_filter.py  the system calls denied inside, compiled to BPF by libseccomp
     launch.py    the bubblewrap argv, rlimits, child set-up, output collection, the `_run` core
     here         the public API (sandbox_available, run_code, run_code_unsandboxed, make_runner)
                  and the availability probe behind it
@@ -69,6 +81,8 @@ from relay.config import ConfigError, validate_sandbox_limits
 from relay.tools.sandbox.cgroups import _CG_PREFIX, _cgroup_layout, _swap_total_kb, _sweep_stale_cgroups
 from relay.tools.sandbox.config import SandboxConfig, SandboxResult, SandboxUnavailable
 from relay.tools.sandbox.launch import MAIN, SANDBOX_UID, WORKDIR, _Launch, _run, _run_bwrap
+from relay.tools.sandbox.mounts import interpreter_files
+from relay.tools.sandbox.seccomp_filter import SeccompUnavailable, seccomp_program
 
 __all__ = [
     "MAIN",
@@ -98,7 +112,7 @@ _OPT_OUT = "or run without a sandbox (unsafe) with tools.sandbox=none"
 
 
 def _probe(cfg: SandboxConfig) -> tuple[_Launch | None, str]:
-    key = (cfg.python, cfg.ro_binds)
+    key = (cfg.python, cfg.ro_binds)  # the interpreter decides the files bound (mounts.py)
     with _probe_lock:
         if key in _probe_cache:
             return _probe_cache[key]
@@ -146,11 +160,20 @@ def _probe_uncached(cfg: SandboxConfig) -> tuple[_Launch | None, str]:
     disable_userns = "--disable-userns" in help_text
     if "--size" not in help_text:
         return None, "bubblewrap is too old (needs --size, 0.5 or newer): upgrade bubblewrap"
+    if "--seccomp" not in help_text:
+        return None, "bubblewrap was built without --seccomp: upgrade bubblewrap"
+    try:
+        program = seccomp_program()
+    except SeccompUnavailable as e:
+        return None, f"{e}; {_OPT_OUT}"
+    files = interpreter_files(cfg.python)
+    if isinstance(files, str):
+        return None, f"{files}; set tools.sandbox_limits.python to a working interpreter, {_OPT_OUT}"
     check = SandboxConfig(wall_timeout_s=20, python=cfg.python, ro_binds=cfg.ro_binds)
     failures = []
     candidates = [SANDBOX_UID, None] if os.geteuid() == 0 else [None]
     for uid in candidates:
-        launch = _Launch(bwrap, uid, disable_userns)
+        launch = _Launch(bwrap, uid, disable_userns, files, program)
         res = _run_bwrap("print('relay-sandbox-ok')", check, launch, layout)
         if res.ok and res.stdout.strip() == "relay-sandbox-ok":
             if uid is None and os.geteuid() == 0:
@@ -215,7 +238,14 @@ def run_code_unsandboxed(code: str, cfg: SandboxConfig | None = None) -> Sandbox
             "MALLOC_ARENA_MAX": "2",
         }
         return _run(
-            code, cfg, lambda fd: [python, "-I", "-S", f"/proc/self/fd/{fd}"], tmp, None, None, env, in_bwrap=False
+            code,
+            cfg,
+            lambda code_fd, data_fd: [python, "-I", "-S", f"/proc/self/fd/{code_fd}"],
+            tmp,
+            None,
+            None,
+            env,
+            in_bwrap=False,
         )
 
 

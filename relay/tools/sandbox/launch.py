@@ -1,8 +1,9 @@
 """Starting one sandboxed run and collecting what it did.
 
 _Launch        how bwrap is started on this machine (decided once by the availability probe)
-_bwrap_argv()  the bubblewrap command line: namespaces, uid 65534, read-only /usr, size-capped
-               tmpfs for /tmp, /sandbox and /dev/shm, the code bound from a memfd
+_bwrap_argv()  the bubblewrap command line: namespaces, uid 65534, the interpreter's files
+               read-only, a covered /proc, size-capped tmpfs for /tmp, /sandbox and /dev/shm,
+               the code bound from a memfd, the seccomp filter
 _rlimits(), _child_setup()
                what the forked child does before exec: join the run's cgroup, set rlimits,
                drop root
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from relay.tools.sandbox.cgroups import _CgroupLayout, _RunCgroup
 from relay.tools.sandbox.config import SandboxConfig, SandboxResult
+from relay.tools.sandbox.mounts import InterpreterFiles, proc_cover_argv
 
 SANDBOX_UID = 65534  # "nobody" on Debian/Ubuntu/Fedora
 WORKDIR = "/sandbox"  # the working folder inside the sandbox (a size-capped tmpfs)
@@ -42,6 +44,8 @@ class _Launch:
     bwrap: str
     drop_to_uid: int | None  # start bwrap as this uid (relay runs as root); None: as ourselves
     disable_userns: bool  # bwrap knows --disable-userns
+    files: InterpreterFiles  # all of the host's files the sandbox sees (besides tools.sandbox_limits.ro_binds)
+    seccomp: bytes  # the BPF filter bwrap loads before it starts Python (seccomp_filter.py)
 
 
 def _rlimits(cfg: SandboxConfig) -> list[tuple[int, tuple[int, int]]]:
@@ -82,7 +86,8 @@ def _child_setup(procs_files: list[str], rlimits, drop_to_uid: int | None) -> Ca
     return setup
 
 
-def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
+def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int, data_fd: Callable[[bytes], int]) -> list[str]:
+    """data_fd(content) gives a file descriptor holding `content`, which bwrap reads and closes."""
     tmpfs = str(cfg.tmpfs_mb * 1024 * 1024)
     argv = [
         launch.bwrap,
@@ -121,22 +126,19 @@ def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
         "--setenv",
         "MALLOC_ARENA_MAX",
         "2",
-        "--ro-bind",
-        "/usr",
-        "/usr",
     ]
+    # Only the interpreter's own files, not the host's whole /usr: no shells, compilers or other
+    # programs to run, and no host data beyond what Python itself reads.
+    for path in launch.files.ro_binds:
+        argv += ["--ro-bind", path, path]
     for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            argv += ["--ro-bind", link, link]
+    for target, link in launch.files.symlinks:
+        argv += ["--symlink", target, link]
     for path in cfg.ro_binds:
         argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc"]
-    if launch.drop_to_uid is None and os.geteuid() == 0:
-        # bwrap started as root maps uid 65534 inside to host root: ownership alone no longer
-        # guards the host's sysctls, so cover them.
-        argv += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    argv += ["--proc", "/proc", *proc_cover_argv(cfg.memory_mb, data_fd)]
     argv += [
         "--dev",
         "/dev",
@@ -161,6 +163,8 @@ def _bwrap_argv(cfg: SandboxConfig, launch: _Launch, code_fd: int) -> list[str]:
         WORKDIR,
         "--remount-ro",
         "/",
+        "--seccomp",
+        str(data_fd(launch.seccomp)),
     ]
     if launch.disable_userns:
         argv += ["--disable-userns"]
@@ -237,39 +241,52 @@ def _describe(res: SandboxResult, cfg: SandboxConfig) -> str | None:
 def _run(
     code: str,
     cfg: SandboxConfig,
-    argv_for: Callable[[int], list[str]],
+    argv_for: Callable[[int, Callable[[bytes], int]], list[str]],
     cwd: str,
     cgroup: _RunCgroup | None,
     drop_to_uid: int | None,
     env: dict[str, str],
     in_bwrap: bool,
 ) -> SandboxResult:
-    """Start, watch and clean up one run. argv_for(code_fd) builds the command."""
+    """Start, watch and clean up one run. argv_for(code_fd, data_fd) builds the command; data_fd
+    (content) makes one more file descriptor holding `content` that the command inherits."""
     t0 = time.monotonic()
-    code_fd, proc = -1, None
+    fds: list[int] = []  # memfds the command inherits; closed here once it has started
+    proc = None
+
+    def data_fd(content: bytes) -> int:
+        fd = os.memfd_create("relay-sandbox-data", 0)  # a file that never touches the host's disk
+        fds.append(fd)
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def close_fds() -> None:
+        while fds:
+            os.close(fds.pop())
+
     try:
         setup = _child_setup(cgroup.procs_files if cgroup else [], _rlimits(cfg), drop_to_uid)
         try:
-            code_fd = os.memfd_create("relay-code", 0)  # the code reaches bwrap as a file, never argv
-            os.write(code_fd, code.encode("utf-8", errors="surrogatepass"))
-            os.lseek(code_fd, 0, os.SEEK_SET)
+            code_fd = data_fd(code.encode("utf-8", errors="surrogatepass"))  # a file, never argv
+            argv = argv_for(code_fd, data_fd)
             proc = subprocess.Popen(
-                argv_for(code_fd),
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
                 env=env,
-                pass_fds=(code_fd,),
+                pass_fds=tuple(fds),
                 start_new_session=True,  # its own process group: the wall kill takes the group
                 preexec_fn=setup,
             )
         except (OSError, subprocess.SubprocessError) as e:
             return SandboxResult("", "", None, seconds=time.monotonic() - t0, error=f"sandbox failed to start: {e}")
         finally:
-            if code_fd >= 0:
-                os.close(code_fd)
-                code_fd = -1
+            close_fds()
 
         def kill_tree() -> None:
             try:
@@ -301,23 +318,23 @@ def _run(
         # bwrap reports a command killed by signal N as exit code 128+N (so an explicit
         # sys.exit(137) reads as SIGKILL too); Popen reports -N.
         sig = -rc if rc < 0 else rc - 128 if in_bwrap and rc > 128 else 0
-        if timed_out:
-            res.killed_reason = "wall_timeout"
-        elif cgroup and cgroup.oom_kills() > 0:
+        if cgroup and cgroup.oom_kills() > 0:  # the cause, even when the run then also ran out of time
             res.killed_reason = "memory"
+        elif timed_out:
+            res.killed_reason = "wall_timeout"
         elif sig == signal.SIGXCPU or (in_bwrap and sig == signal.SIGKILL):
             # In bwrap the code is pid 1 of its namespace: nothing inside can SIGKILL it, and we
             # did not (no time-out) nor did the OOM killer, so it was the kernel's RLIMIT_CPU.
             res.killed_reason = "cpu"
         elif sig == signal.SIGKILL:
             res.killed_reason = "SIGKILL"
-        elif sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+        elif sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGSYS):
+            # SIGSYS: the seccomp filter killed it (a system call through a foreign ABI)
             res.killed_reason = signal.Signals(sig).name
         res.error = _describe(res, cfg)
         return res
     finally:
-        if code_fd >= 0:
-            os.close(code_fd)
+        close_fds()
         if proc is not None:
             if proc.poll() is None:
                 try:
@@ -340,7 +357,7 @@ def _run_bwrap(code: str, cfg: SandboxConfig, launch: _Launch, layout: _CgroupLa
     return _run(
         code,
         cfg,
-        lambda fd: _bwrap_argv(cfg, launch, fd),
+        lambda code_fd, data_fd: _bwrap_argv(cfg, launch, code_fd, data_fd),
         "/",
         cgroup,
         launch.drop_to_uid,

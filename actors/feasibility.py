@@ -1,0 +1,83 @@
+"""Can the cluster ever hold this run's actors? Checked right after connecting, so a role asking
+for more than any node has fails in seconds naming the role and the resource, instead of a
+placement group waiting forever for a node that will never come.
+
+With an autoscaler the missing node may still be added: then relay says what it waits for and waits.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from relay.config import ConfigError, RoleResources
+
+KEYS = {"CPU": "cpus", "GPU": "gpus"}
+
+
+def check_feasible(bundles_by_role: dict[str, tuple[RoleResources, dict[str, float]]]) -> None:
+    """Raise ConfigError (one line per problem) when no node can hold a role's actor or the whole
+    cluster cannot hold every actor at once; with an autoscaler, print what it waits for instead."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    problems = unplaceable(bundles_by_role, nodes)
+    if not problems:
+        return
+    if autoscaler_configured():
+        print(
+            "relay: waiting for the autoscaler to add nodes: " + "; ".join(problems),
+            flush=True,
+        )
+        return
+    raise ConfigError([f"{p} (and no autoscaler is configured to add one)" for p in problems])
+
+
+def unplaceable(
+    bundles_by_role: dict[str, tuple[RoleResources, dict[str, float]]], nodes: list[dict[str, float]]
+) -> list[str]:
+    """What no node of `nodes` (each its total resources) can hold, naming the config key.
+    `bundles_by_role`: role -> (its resources, the bundle one of its actors asks for)."""
+    problems = []
+    for role, (res, bundle) in bundles_by_role.items():
+        for resource, amount in bundle.items():
+            if any(node.get(resource, 0.0) >= amount for node in nodes):
+                continue
+            if resource in KEYS:
+                largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+                problems.append(
+                    f"resources.{role}.{KEYS[resource]}={amount:g}: no node of the Ray cluster has {amount:g} "
+                    f"{resource} (the largest has {largest:g})"
+                )
+            else:
+                problems.append(
+                    f"resources.{role}.node_resource={res.node_resource!r}: no node of the Ray cluster declares "
+                    f"the resource {resource!r}"
+                )
+    if problems:
+        return problems
+    for resource, key in KEYS.items():  # every actor lives at once: the roles' sum must fit the cluster
+        need = {role: res.count * bundle.get(resource, 0.0) for role, (res, bundle) in bundles_by_role.items()}
+        have = sum(node.get(resource, 0.0) for node in nodes)
+        if sum(need.values()) > have + 1e-9:
+            parts = ", ".join(f"{role} {n:g}" for role, n in need.items() if n)
+            problems.append(
+                f"resources.*.{key}: the roles need {sum(need.values()):g} {resource} in all ({parts}; "
+                f"count x {key}) but the Ray cluster has {have:g}"
+            )
+    return problems
+
+
+def autoscaler_configured() -> bool:
+    """Whether nodes may still be added: Ray's autoscaler v2 (what `ray up` starts since Ray 2.50,
+    and KubeRay) says so in the GCS, or the GCS holds a cluster config with node types that can
+    scale up. Anything unreadable counts as "maybe", so a real autoscaling cluster is never refused."""
+    try:
+        from ray._private.state import state
+        from ray.autoscaler.v2.utils import is_autoscaler_v2
+
+        if is_autoscaler_v2(fetch_from_server=True):
+            return True
+        config = state.get_cluster_config()
+    except Exception:  # private APIs: a Ray that moved them leaves the decision to the old behaviour
+        return True
+    return bool(config) and any(
+        g.max_count == -1 or g.max_count > g.min_count for g in config.node_group_configs if g.max_count != 0
+    )

@@ -1,0 +1,64 @@
+"""A run that trains on nothing stops and says why, instead of exiting 0 or crashing later.
+
+Each step's failures are counted data (env/errors, reward/errors, actor/skipped_steps); the watch
+stops the run when a step was entirely failures for `training.stop_after_failed_steps` steps in
+a row: every episode ended in an environment error, every reward was an error, or the learner
+skipped its optimizer step because the loss or the gradient norm was not finite.
+"""
+
+from __future__ import annotations
+
+from relay.types import FinishReason, Sample
+
+
+class RunFailed(RuntimeError):
+    """The run cannot go on; the message names the cause and what to look at."""
+
+
+def step_failures(samples: list[Sample]) -> dict[str, float]:
+    """env/errors: episodes the environment ended by raising; reward/errors is counted by the scorer."""
+    return {"env/errors": float(sum(s.finish_reason == FinishReason.ENV_ERROR for s in samples))}
+
+
+def last_error(samples: list[Sample], attr: str) -> str:
+    for s in reversed(samples):
+        err = s.reward_error if attr == "reward" else s.meta.get("env", {}).get("error")
+        if err:
+            return err.strip().splitlines()[0]
+    return ""
+
+
+class FailureWatch:
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.streaks = {"env": 0, "reward": 0, "update": 0}
+
+    def check(self, samples: list[Sample], metrics: dict[str, float]) -> None:
+        """Raises RunFailed once one kind of failure has filled `limit` steps in a row."""
+        n = len(samples)
+        failed = {
+            "env": n > 0 and metrics.get("env/errors", 0.0) >= n,
+            "reward": n > 0 and metrics.get("reward/errors", 0.0) >= n,
+            "update": metrics.get("actor/skipped_steps", 0.0) > 0 and metrics.get("actor/optimizer_steps", 0.0) == 0,
+        }
+        for kind, bad in failed.items():
+            self.streaks[kind] = self.streaks[kind] + 1 if bad else 0
+        if self.limit <= 0:
+            return
+        k = self.limit
+        if self.streaks["env"] >= k:
+            raise RunFailed(
+                f"every episode ended in an environment error for {k} steps in a row; the last: "
+                f"{last_error(samples, 'env')} (task.env; the first tracebacks are printed above)"
+            )
+        if self.streaks["reward"] >= k:
+            raise RunFailed(
+                f"the reward function failed on every sample for {k} steps in a row; the last: "
+                f"{last_error(samples, 'reward')} (task.reward_fn)"
+            )
+        if self.streaks["update"] >= k:
+            cause = "loss" if metrics.get("actor/skipped_nonfinite_loss", 0.0) else "gradient norm"
+            raise RunFailed(
+                f"the learner skipped every optimizer step for {k} steps in a row: the {cause} was not finite; "
+                "the weights are those of the last good step (lower training.lr, or check the rewards)"
+            )

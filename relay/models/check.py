@@ -1,0 +1,62 @@
+"""Is `model.path` (or `model.tokenizer_path`) something every role can load? Checked in the
+driver before Ray starts, so a folder without weights or a hub name without network is one
+ConfigError line naming the key, not an actor's traceback minutes later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from relay.config import ConfigError
+
+# What transformers' from_pretrained loads weights from: single files, shards and their index.
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+# A tokenizer saved by save_pretrained (fast, sentencepiece or vocabulary-file based).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def check_model_source(
+    path: str, key: str, trust_remote_code: bool = False, model: bool = True, tokenizer: bool = True
+) -> None:
+    """A local folder must hold config.json and weights (`model`) and a tokenizer (`tokenizer`);
+    anything else is a hub name, whose config is fetched (or read from the local cache) once here.
+    Raises ConfigError naming `key`, the path and what is missing."""
+    folder = Path(path).expanduser()
+    if folder.exists():
+        if not folder.is_dir():
+            raise ConfigError([f"{key}: {path} is a file; give the model's folder (or a hub name)"])
+        missing = []
+        if model and not (folder / "config.json").is_file():
+            missing.append("config.json")
+        if model and not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+            missing.append("model weights (*.safetensors or pytorch_model*.bin)")
+        if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+        if missing:
+            raise ConfigError([f"{key}: the folder {path} is missing {'; '.join(missing)}"])
+    if model:
+        _load_config(path, key, trust_remote_code)
+
+
+def _load_config(path: str, key: str, trust_remote_code: bool) -> None:
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        causes, cause = [], e
+        while cause is not None and len(causes) < 10:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        if any(isinstance(c, GatedRepoError) for c in causes):
+            reason = "a gated repository on the Hugging Face Hub: accept its terms and log in (hf auth login)"
+        elif any(isinstance(c, RepositoryNotFoundError) for c in causes):
+            reason = "no local folder of that name and no such model on the Hugging Face Hub"
+        elif any(isinstance(c, LocalEntryNotFoundError) for c in causes):
+            reason = (
+                "not a local folder, and offline: the Hugging Face Hub cannot be reached (no network, or "
+                "HF_HUB_OFFLINE=1) and the model is not in the local cache; download it first or give a folder"
+            )
+        else:
+            reason = f"cannot load its config ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]})"
+        raise ConfigError([f"{key}: {path}: {reason}"]) from None

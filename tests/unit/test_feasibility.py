@@ -1,0 +1,42 @@
+"""Which roles no node can ever hold, named by their config key (actors/feasibility.py), without Ray."""
+
+from actors.feasibility import unplaceable
+from actors.pools import _bundle
+from relay.config import RoleResources
+
+
+def roles(**kw: RoleResources) -> dict:
+    return {role: (res, _bundle(res)) for role, res in kw.items()}
+
+
+NODES = [{"CPU": 8.0, "memory": 1e9}, {"CPU": 16.0, "GPU": 4.0, "gpu_node": 1.0}]
+
+
+def test_roles_that_fit_somewhere_are_fine():
+    assert (
+        unplaceable(roles(rollout=RoleResources(count=4, cpus=2, gpus=1), learner=RoleResources(cpus=8)), NODES) == []
+    )
+    assert unplaceable(roles(rollout=RoleResources(gpus=0.5, node_resource="gpu_node")), NODES) == []
+
+
+def test_each_role_and_resource_no_node_has_is_named():
+    problems = unplaceable(
+        roles(
+            learner=RoleResources(cpus=1, gpus=8),
+            rollout=RoleResources(cpus=32),
+            env=RoleResources(node_resource="cpu_node"),
+        ),
+        NODES,
+    )
+    assert problems == [
+        "resources.learner.gpus=8: no node of the Ray cluster has 8 GPU (the largest has 4)",
+        "resources.rollout.cpus=32: no node of the Ray cluster has 32 CPU (the largest has 16)",
+        "resources.env.node_resource='cpu_node': no node of the Ray cluster declares the resource 'cpu_node'",
+    ]
+
+
+def test_all_actors_at_once_must_fit_the_cluster():
+    problems = unplaceable(roles(rollout=RoleResources(count=5, gpus=1), learner=RoleResources(gpus=1)), NODES)
+    assert problems == [
+        "resources.*.gpus: the roles need 6 GPU in all (rollout 5, learner 1; count x gpus) but the Ray cluster has 4"
+    ]
