@@ -60,10 +60,11 @@ def entry_name_problem(name: Any) -> str | None:
     """Why `name` cannot be a manifest's file entry, or None: a bare name, or `<role>/<bare name>`
     for a rank group's shards (one folder level, the folder itself bare; its file may be
     SHARD_METADATA)."""
-    if isinstance(name, str) and name.count("/") == 1 and "\\" not in name:
-        folder, file = name.split("/")
-        return bare_name_problem(folder) or (None if file == SHARD_METADATA else bare_name_problem(file))
-    return bare_name_problem(name)
+    problem = bare_name_problem(name)
+    if problem is None or not problem.endswith("contains a path separator") or name.count("/") != 1 or "\\" in name:
+        return problem
+    folder, file = name.split("/")
+    return bare_name_problem(folder) or (None if file == SHARD_METADATA else bare_name_problem(file))
 
 
 def sha256_file(path: Path) -> str:
