@@ -42,11 +42,11 @@ class _AllRanks:
     def __init__(self, group: RankGroup, method: str):
         self.group, self.method = group, method
 
-    def remote(self, *args):
+    def remote(self, *args, **kwargs):
         self.group.raise_failed_peers()
         # one copy in the object store, read by every rank, instead of one per call
         args = [a if isinstance(a, ray.ObjectRef) else ray.put(a) for a in args]
-        refs = [getattr(rank, self.method).remote(*args) for rank in self.group.ranks]
+        refs = [getattr(rank, self.method).remote(*args, **kwargs) for rank in self.group.ranks]
         self.group.peer_refs += refs[1:]
         return refs[0]
 
@@ -57,8 +57,8 @@ class _RankZero:
     def __init__(self, group: RankGroup, method: str):
         self.group, self.method = group, method
 
-    def remote(self, *args):
-        return getattr(self.group.ranks[0], self.method).remote(*args)
+    def remote(self, *args, **kwargs):
+        return getattr(self.group.ranks[0], self.method).remote(*args, **kwargs)
 
 
 class RankGroup:
