@@ -16,6 +16,7 @@ import sys
 import ray
 import torch
 
+from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.weights import sync_weights
@@ -29,7 +30,7 @@ from relay.algos import (
     mixed_group_mask,
     overlong_penalty,
 )
-from relay.checkpoint import capture_rng, restore_rng, save_checkpoint
+from relay.checkpoint import capture_rng, restore_rng
 from relay.checkpoint_resume import resume_checkpoint
 from relay.config import Config, ConfigError, load_config
 from relay.data import PromptIterator
@@ -234,10 +235,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         actor_pools(cfg, path, run_dir.name) as actors,
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
-        if groups is not None:
-            ray.get(actors.learner.load_state.remote(groups, state["learner"]))
-            if actors.critic:
-                ray.get(actors.critic.load_state.remote(groups, state["critic"]))
+        if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
+            load_training_checkpoint(actors, ckpt, groups, state)
         sync_weights(actors, version=start_step)
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
@@ -257,14 +256,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             stopping = stop.requested  # read once: the checkpoint and the stop agree
             due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
             if due or (stopping and cfg.checkpoint.on_stop):
-                tensors, state["learner"] = ray.get(actors.learner.state.remote())
-                if actors.critic:
-                    critic_tensors, state["critic"] = ray.get(actors.critic.state.remote())
-                    tensors.update(critic_tensors)
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
-                save_checkpoint(
-                    run_dir / "checkpoints", step + 1, tensors, state, keep_last_n=cfg.checkpoint.keep_last_n
-                )
+                save_training_checkpoint(actors, run_dir / "checkpoints", step + 1, state, cfg.checkpoint.keep_last_n)
             if stopping:
                 raise stop.stopped(step + 1)
         eval_after = evaluate(cfg, actors, eval_rows)

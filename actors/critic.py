@@ -13,9 +13,14 @@ import torch
 import transformers
 from transformers import AutoModelForTokenClassification
 
+from actors.rank_group import RankMember
+from actors.weights import node_id
 from relay.algos import value_loss
 from relay.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
+from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
+from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
+from relay.lr_schedule import make_lr_scheduler
 from relay.models.loading import DTYPES, actor_device
 from relay.policy import response_values
 from relay.types import Batch
@@ -34,7 +39,7 @@ class Critic:
         self.model = AutoModelForTokenClassification.from_pretrained(
             c.model_path or model_path,
             num_labels=1,
-            dtype=DTYPES[cfg.model.dtype],
+            dtype=DTYPES[master_dtype(cfg)],
             trust_remote_code=cfg.model.trust_remote_code,
         )
         self.device = actor_device()
@@ -42,14 +47,36 @@ class Critic:
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        if cfg.training.activation_checkpointing:
+            checkpoint_activations(self.model)
+        self.ranks = RankMember()  # a rank group's member when resources.critic.count > 1 (actors/rank_group.py)
+        self._make_optimizer()
         # What __repr__ reports: plain attributes set where the work happens (see Learner).
         self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
+    def _make_optimizer(self) -> None:
+        c = self.cfg.critic
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        self.scheduler = make_lr_scheduler(self.optimizer, self.cfg.training)  # the learner's schedule, critic.lr
+
+    def node_id(self) -> str:
+        return node_id()
+
+    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
+        return self.ranks.listen(one_node)
+
+    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        self.ranks.join(host, port, rank, world_size, backend)
+        shard_model(self.model, self.cfg.training, self.device)
+        self._make_optimizer()  # over the sharded parameters
+
     @torch.no_grad()
-    def compute_values(self, batch: Batch) -> torch.Tensor:
-        batch = batch.to(self.device)
-        return (response_values(self.model, batch) * batch.loss_mask).cpu()
+    def compute_values(self, batch: Batch) -> torch.Tensor | None:
+        """Values of every row; a rank group's ranks each compute their rows, rank 0 returns them all."""
+        share, has_rows = share_rows(batch) if self.ranks.sharded else (batch, True)
+        share = share.to(self.device)
+        values = (response_values(self.model, share) * share.loss_mask).cpu()
+        return gather_rows(values, has_rows) if self.ranks.sharded else values
 
     def update(self, batch: Batch) -> dict[str, float]:
         """Clipped value loss against the returns, with the learner's epochs, shuffled mini-batches
@@ -63,6 +90,9 @@ class Critic:
             self.cfg.training,
             seed=self.cfg.run.seed,
             weight_by_tokens=True,
+            scheduler=self.scheduler,
+            rank=self.ranks.rank,
+            world_size=self.ranks.world_size,
         )
         out = {f"critic/{k}": v for k, v in metrics.items()}
         out["time/critic_update_s"] = self.update_seconds = time.perf_counter() - start
@@ -89,9 +119,24 @@ class Critic:
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         tensors = {k: v.to("cpu", copy=True) for k, v in tensors.items()}  # a snapshot, not views of live state
         weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        return {"critic": weights, "critic_optimizer": tensors}, {"optimizer": skeleton, "updates": self.updates}
+        return {"critic": weights, "critic_optimizer": tensors}, {
+            "optimizer": skeleton,
+            "updates": self.updates,
+            "lr_schedule": self.scheduler.state_dict(),
+        }
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.model.load_state_dict(groups["critic"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["critic_optimizer"], meta["optimizer"]))
         self.updates = meta.get("updates", 0)
+        if "lr_schedule" in meta:
+            self.scheduler.load_state_dict(meta["lr_schedule"])
+
+    def save_shards(self, folder: str) -> None:
+        extra = {"lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
+        save_shards(folder, self.model, self.optimizer, extra)
+
+    def load_shards(self, folder: str) -> None:
+        extra = load_shards(folder, self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["lr_schedule"])
+        self.updates = extra.get("updates", 0)

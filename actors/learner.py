@@ -1,4 +1,9 @@
-"""Learner (the policy being trained) and Reference (frozen policy for KL)."""
+"""Learner (the policy being trained) and Reference (frozen policy for KL).
+
+One actor per role, or (resources.<role>.count > 1, or an FSDP option) one rank of a group
+(actors/rank_group.py): then `join_rank_group` shards the model with FSDP2, each rank takes its
+share of every batch, and rank 0 answers for the group.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,14 @@ import time
 
 import torch
 
+from actors.rank_group import RankMember
 from actors.weights import WeightSender, node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
+from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
+from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, shard_model, share_rows
+from relay.lr_schedule import make_lr_scheduler
 from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
 from relay.policy import compute_logprobs, response_logprobs
@@ -18,19 +27,39 @@ from relay.update_loop import run_update
 from relay.weight_transfer import BroadcastPlan, WeightPayload
 
 
+def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, device) -> torch.Tensor | None:
+    """compute_logprobs for one actor, or for a rank group: each rank its rows, all on rank 0."""
+    if not ranks.sharded:
+        return compute_logprobs(model, batch, temperature)
+    share, has_rows = share_rows(batch)
+    return gather_rows(compute_logprobs(model, share, temperature, device), has_rows)
+
+
 class Reference:
     batches = 0  # __repr__'s field; see RolloutWorker
 
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
+        self.cfg = cfg
         self.temperature = cfg.rollout.temperature
         self.device = actor_device()
-        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device).eval()
+        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device).eval()
+        self.ranks = RankMember()
         self.batches = 0  # for __repr__
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
         self.batches += 1
-        return compute_logprobs(self.model, batch, self.temperature)
+        return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
+
+    def node_id(self) -> str:
+        return node_id()
+
+    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
+        return self.ranks.listen(one_node)
+
+    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        self.ranks.join(host, port, rank, world_size, backend)
+        shard_model(self.model, self.cfg.training, self.device)
 
     def __repr__(self) -> str:
         return f"Reference(reference-0, frozen weights v0, {self.batches} batches scored)"
@@ -45,20 +74,37 @@ class Learner:
         self.cfg = cfg
         self.temperature = cfg.rollout.temperature
         self.device = actor_device()
-        self.model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code).to(self.device)
+        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
-        t = cfg.training
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        if cfg.training.activation_checkpointing:
+            checkpoint_activations(self.model)
+        self.ranks = RankMember()
+        self._make_optimizer()
         self.weights_out = WeightSender(lambda: self.model.state_dict())
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
         # set where the work happens. `updates` is the policy's weight version (the driver tags the
         # weights after step N's update as version N) and comes back with a checkpoint.
         self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return compute_logprobs(self.model, batch, self.temperature)
+    def _make_optimizer(self) -> None:
+        t = self.cfg.training
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.scheduler = make_lr_scheduler(self.optimizer, t)
+
+    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
+        return self.ranks.listen(one_node)
+
+    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        self.ranks.join(host, port, rank, world_size, backend)
+        shard_model(self.model, self.cfg.training, self.device)
+        self._make_optimizer()  # over the sharded parameters
+        # keep_vars: tied weights stay one parameter object, sent once
+        self.weights_out = WeightSender(lambda: self.model.state_dict(keep_vars=True), peer=rank > 0)
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
+        return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
 
     def update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
@@ -71,6 +117,9 @@ class Learner:
             self.cfg.training,
             seed=self.cfg.run.seed,
             weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean",
+            scheduler=self.scheduler,
+            rank=self.ranks.rank,
+            world_size=self.ranks.world_size,
         )
         out = {f"actor/{k}": v for k, v in metrics.items()}
         out[LEARNER_UPDATE_S] = self.update_seconds = time.perf_counter() - start
@@ -120,7 +169,7 @@ class Learner:
     def node_id(self) -> str:
         return node_id()
 
-    def get_weights(self) -> WeightPayload:
+    def get_weights(self) -> WeightPayload | None:
         return self.weights_out.payload()
 
     def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
@@ -132,22 +181,45 @@ class Learner:
     def broadcast_weights(self) -> None:
         self.weights_out.broadcast()
 
+    # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
+
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-        """Everything an exact resume needs: weights, optimizer, this process's RNG."""
+        """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG."""
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        meta = {"optimizer": opt_skeleton, "rng": capture_rng(), "updates": self.updates}
+        meta = {
+            "optimizer": opt_skeleton,
+            "rng": capture_rng(),
+            "updates": self.updates,
+            "lr_schedule": self.scheduler.state_dict(),
+        }
         return {"policy": policy, "optimizer": opt_tensors}, meta
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.model.load_state_dict(groups["policy"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
+        if "lr_schedule" in meta:
+            self.scheduler.load_state_dict(meta["lr_schedule"])
         restore_rng(meta["rng"])
         self.updates = meta.get("updates", 0)  # checkpoints written before it was saved: unknown, 0
+
+    def save_shards(self, folder: str) -> None:
+        extra = {"rng": capture_rng(), "lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
+        save_shards(folder, self.model, self.optimizer, extra)
+
+    def load_shards(self, folder: str) -> None:
+        extra = load_shards(folder, self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["lr_schedule"])
+        restore_rng(extra["rng"])
+        self.updates = extra.get("updates", 0)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         from relay.checkpoint import save_hf_model
         from relay.models.loading import load_tokenizer
 
-        save_hf_model(self.model, load_tokenizer(tokenizer_path), folder)
+        tokenizer = load_tokenizer(tokenizer_path) if self.ranks.rank == 0 else None
+        if self.ranks.sharded:
+            save_hf_sharded(self.model, folder, tokenizer)
+        else:
+            save_hf_model(self.model, tokenizer, folder)

@@ -15,10 +15,12 @@ from actors.critic import Critic
 from actors.env import EnvPool
 from actors.feasibility import check_feasible
 from actors.learner import Learner, Reference
+from actors.rank_group import RankGroup
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from actors.weights import broadcast_backend, open_broadcast, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
+from relay.fsdp import is_sharded
 from relay.progress import phase
 
 NAMESPACE = "relay"
@@ -170,6 +172,18 @@ def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, g
     ]
 
 
+def create_role(cls, role: str, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list):
+    """The learner, reference or critic: one actor, or a RankGroup of `res.count` ranks (one
+    PACKed placement group: one node when it fits) when the role is sharded (relay/fsdp.py).
+    The group is formed by `RankGroup.join` once every rank's constructor is done."""
+    ranks = create_group(cls, role, res, run_name, lambda i: (cfg, model_path, threads(res)), groups)
+    return RankGroup(ranks) if is_sharded(cfg.training, res.count) else ranks[0]
+
+
+def rank_backend(res: RoleResources) -> str:
+    return "nccl" if res.gpus >= 1 else "gloo"
+
+
 def threads(res: RoleResources) -> int:
     return max(1, int(res.cpus))
 
@@ -228,7 +242,7 @@ class Actors:
             "tools": self.tools,
             "env": self.env,
             "rollout": self.rollout,
-            **{r: [h] for r, h in single.items() if h is not None},
+            **{r: h.ranks if isinstance(h, RankGroup) else [h] for r, h in single.items() if h is not None},
         }
         return {role: handles for role, handles in roles.items() if handles}
 
@@ -254,22 +268,11 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools),
             groups,
         )
-        actors.learner = create_group(
-            Learner, "learner", res.learner, run_name, lambda i: (cfg, model_path, threads(res.learner)), groups
-        )[0]
+        actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:
-            actors.reference = create_group(
-                Reference,
-                "reference",
-                res.reference,
-                run_name,
-                lambda i: (cfg, model_path, threads(res.reference)),
-                groups,
-            )[0]
+            actors.reference = create_role(Reference, "reference", cfg, res.reference, run_name, model_path, groups)
         if "critic" in roles:
-            actors.critic = create_group(
-                Critic, "critic", res.critic, run_name, lambda i: (cfg, model_path, threads(res.critic)), groups
-            )[0]
+            actors.critic = create_role(Critic, "critic", cfg, res.critic, run_name, model_path, groups)
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep
@@ -278,6 +281,10 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             ray.get(
                 [h.__ray_ready__.remote() for h in actors.handles()]
             )  # constructors done: a failing one raises here
+        for role in ("learner", "reference", "critic"):
+            if isinstance(handle := getattr(actors, role), RankGroup):
+                with phase(f"forming the {role} rank group ({len(handle.ranks)} ranks, FSDP2)"):
+                    handle.join(rank_backend(getattr(res, role)))
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import ray
 import torch
 
-from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
+from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
 # -- actor side: objects the Learner (sender) and each RolloutWorker (receiver) hold ----------
 
@@ -33,15 +33,21 @@ def node_id() -> str:
 
 class WeightSender:
     """The learner's end: the object-store payload, or rank 0 of the broadcast group. Reads the
-    weights through `state_dict` at every send, so it always sends the current ones."""
+    weights through `state_dict` at every send, so it always sends the current ones.
 
-    def __init__(self, state_dict: Callable[[], dict[str, torch.Tensor]]):
-        self.state_dict = state_dict
+    A sharded learner's ranks 1.. are `peer`s: they take part in gathering each full tensor
+    (relay.weight_transfer.gather_as_peer) and send nothing."""
+
+    def __init__(self, state_dict: Callable[[], dict[str, torch.Tensor]], peer: bool = False):
+        self.state_dict, self.peer = state_dict, peer
         self.socket: socket.socket | None = None  # the group's store listens here (broadcast only)
         self.plan: BroadcastPlan | None = None
         self.group: WeightGroup | None = None
 
-    def payload(self) -> WeightPayload:
+    def payload(self) -> WeightPayload | None:
+        if self.peer:
+            gather_as_peer(self.state_dict())
+            return None
         return WeightPayload.of(self.state_dict())
 
     def listen(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
@@ -54,6 +60,11 @@ class WeightSender:
         self.group = WeightGroup(host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket)
 
     def broadcast(self) -> None:
+        if self.peer:
+            state_dict = self.state_dict()
+            self.plan = self.plan or BroadcastPlan.of(state_dict)  # rank 0's plan: the same tensors, same order
+            gather_as_peer(state_dict, self.plan)
+            return
         self.group.send(self.state_dict(), self.plan)
 
 

@@ -28,6 +28,7 @@ import random
 import secrets
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,15 @@ def save_checkpoint(
     groups: dict[str, dict[str, torch.Tensor]],
     state: dict,
     keep_last_n: int | None = None,
+    write_shards: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write `root/step_{step:08d}` atomically, then prune older checkpoints; returns its path.
 
     keep_last_n: keep this many newest complete checkpoints (None keeps all). The checkpoint
     just written is never pruned, whatever its step number.
+    write_shards: called with the temporary folder before the manifest is written, for state
+    that others write there (a rank group's sharded checkpoint, relay/checkpoint_dcp.py); every
+    file it leaves goes into the manifest.
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be an int >= 0, got {step!r}")
@@ -95,6 +100,14 @@ def save_checkpoint(
             files[filename] = _fsync_and_describe(tmp / filename)
         _write_json(tmp / STATE, state_text)
         files[STATE] = _fsync_and_describe(tmp / STATE)
+        if write_shards is not None:
+            write_shards(tmp)
+            for file in sorted(tmp.rglob("*")):
+                if file.is_file() and (name := file.relative_to(tmp).as_posix()) not in files:
+                    files[name] = _fsync_and_describe(file)
+            for folder in tmp.rglob("*"):
+                if folder.is_dir():
+                    _fsync_dir(folder)
         manifest = {
             "format": FORMAT,
             "version": FORMAT_VERSION,

@@ -51,6 +51,22 @@ def bare_name_problem(name: Any) -> str | None:
     return None
 
 
+# torch.distributed.checkpoint's index of a sharded role's files (relay/checkpoint_dcp.py): the one
+# hidden name a manifest may list, and only inside a role's folder.
+SHARD_METADATA = ".metadata"
+
+
+def entry_name_problem(name: Any) -> str | None:
+    """Why `name` cannot be a manifest's file entry, or None: a bare name, or `<role>/<bare name>`
+    for a rank group's shards (one folder level, the folder itself bare; its file may be
+    SHARD_METADATA)."""
+    problem = bare_name_problem(name)
+    if problem is None or not problem.endswith("contains a path separator") or name.count("/") != 1 or "\\" in name:
+        return problem
+    folder, file = name.split("/")
+    return bare_name_problem(folder) or (None if file == SHARD_METADATA else bare_name_problem(file))
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -95,7 +111,7 @@ def manifest_problems(manifest: Any, folder: Path) -> list[str]:
         problems.append(f"files is a {type(files).__name__}, not an object")
         files = {}
     for filename, entry in files.items():
-        if problem := bare_name_problem(filename):
+        if problem := entry_name_problem(filename):
             problems.append(f"file name {problem}")
             continue
         if not isinstance(entry, dict):
@@ -132,7 +148,7 @@ def verify_checkpoint(path: str | Path) -> dict:
     problems = []
     for filename, expected in manifest["files"].items():
         file = path / filename
-        if file.is_symlink():
+        if file.is_symlink() or file.parent.is_symlink():
             # A link could point anywhere on the machine; save_checkpoint never writes one.
             problems.append(f"{file}: a symbolic link, not a regular file (checkpoint corrupt)")
             continue

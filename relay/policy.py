@@ -38,8 +38,8 @@ def response_logprobs(model, batch: Batch, temperature: float, with_entropy: boo
 
 
 @torch.no_grad()
-def compute_logprobs(model, batch: Batch, temperature: float) -> torch.Tensor:
-    """response_logprobs without a graph, computed on the model's device, returned on the CPU
-    (what the Learner's old logprobs and the Reference's logprobs send back): [B,R]."""
-    device = next(model.parameters()).device
+def compute_logprobs(model, batch: Batch, temperature: float, device: torch.device | None = None) -> torch.Tensor:
+    """response_logprobs without a graph, computed on `device` (default: the model's), returned on
+    the CPU (what the Learner's old logprobs and the Reference's logprobs send back): [B,R]."""
+    device = device or next(model.parameters()).device
     return response_logprobs(model, batch.to(device), temperature)[0].cpu()

@@ -11,6 +11,11 @@ WeightGroup      that collective: a torch ProcessGroup (NCCL or gloo) built dire
                  exists) keeps working inside a rollout worker.
 ReceivedWeights  one broadcast as a receiver reads it: a one-pass stream of (name, tensor), one
                  bucket held at a time.
+
+A sharded learner's state dict (FSDP2: DTensor parameters, read with keep_vars=True so tied
+weights are one object) works too: each full tensor is all-gathered when it is read
+(`full_tensor`), so every rank of the learner must read the same tensors in the same order;
+rank 0 sends or keeps them, the others call `gather_as_peer` and drop each one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from relay.engines.base import as_tensor
 
@@ -36,13 +42,29 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     storage under several names (lm_head.weight and embed_tokens.weight): sent once."""
     unique, aliases, first_name = {}, {}, {}
     for name, t in state_dict.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
+        if isinstance(t, DTensor):  # a shard (maybe empty on this rank): tied names hold the same parameter
+            key = ("dtensor", id(t))
+        else:
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
         if key in first_name:
             aliases[name] = first_name[key]
         else:
             first_name[key] = name
             unique[name] = t
     return unique, aliases
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: all-gathered from every rank for a DTensor (a collective), else itself."""
+    return t.full_tensor().detach() if isinstance(t, DTensor) else t.detach()
+
+
+def gather_as_peer(state_dict: dict[str, torch.Tensor], plan: BroadcastPlan | None = None) -> None:
+    """A rank other than 0's part in rank 0's WeightPayload.of (plan None) or WeightGroup.send
+    (its plan) of a sharded state dict: the same all-gathers in the same order, results dropped."""
+    names = list(unique_tensors(state_dict)[0]) if plan is None else [s.name for b in plan.buckets for s in b]
+    for name in names:
+        full(state_dict[name])
 
 
 @dataclass(frozen=True)
@@ -59,8 +81,7 @@ class WeightPayload:
         unique, aliases = unique_tensors(state_dict)
         bf16 = frozenset(name for name, t in unique.items() if t.dtype == torch.bfloat16)
         arrays = {
-            name: (t.detach().view(torch.uint16) if name in bf16 else t.detach()).cpu().numpy()
-            for name, t in unique.items()
+            name: (full(t).view(torch.uint16) if name in bf16 else full(t)).cpu().numpy() for name, t in unique.items()
         }
         return cls(arrays, bf16, aliases)
 
@@ -158,7 +179,7 @@ class WeightGroup:
         for slots, size in zip(plan.buckets, plan.bucket_bytes):
             buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
             for s in slots:
-                t = state_dict[s.name]
+                t = full(state_dict[s.name])
                 if t.dtype != s.dtype or tuple(t.shape) != s.shape:
                     raise ValueError(
                         f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"

@@ -223,6 +223,19 @@ class TrainingConfig:
     mini_batches: int = 1  # optimizer steps per epoch; the rollout batch is split into this many
     micro_batch_size: int = 64  # samples per forward/backward (gradient accumulation inside)
     eval_every: int = 0  # steps between held-out evaluations; 0: only before and after
+    # Learning rate over optimizer steps (relay/lr_schedule.py): linear warm-up over warmup_steps,
+    # then constant, or linear / cosine decay to lr * min_lr_ratio at the last optimizer step.
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0  # optimizer steps (steps x ppo_epochs x mini_batches in all)
+    min_lr_ratio: float = 0.0
+    # > 0: micro-batches hold about this many real tokens each (rows grouped by length, padding
+    # columns trimmed) instead of micro_batch_size rows; the update is the same up to float error.
+    max_tokens_per_micro_batch: int = 0
+    # Sharded learner / reference / critic (FSDP2, relay/fsdp.py). Any of these, or a role's
+    # resources.*.count > 1, makes that role a rank group.
+    mixed_precision: Literal["none", "bf16"] = "none"  # bf16: bf16 compute, fp32 master weights and reductions
+    activation_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
+    cpu_offload: bool = False  # parameters, gradients and optimizer state on the host (CPUOffloadPolicy; GPU ranks)
     # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
     # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
     stop_after_failed_steps: int = 3

@@ -108,11 +108,7 @@ def validate(cfg: Config) -> list[str]:
             ),
             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}",
         )
-    need(res.learner.count == 1, f"resources.learner.count: one learner process is supported, got {res.learner.count}")
-    need(
-        res.reference.count == 1,
-        f"resources.reference.count: one reference actor is supported, got {res.reference.count}",
-    )
+    p += validate_sharding(cfg)
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"
@@ -171,6 +167,33 @@ def validate(cfg: Config) -> list[str]:
             res.rollout.gpus > 0,
             f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}",
         )
+    return p
+
+
+def validate_sharding(cfg: Config) -> list[str]:
+    """The learning-rate schedule, micro-batching and the rank groups of learner, reference, critic."""
+    t, res, p = cfg.training, cfg.resources, []
+    if t.lr_schedule not in ("constant", "linear", "cosine"):
+        p.append(f"training.lr_schedule: {t.lr_schedule!r} is not one of ['constant', 'linear', 'cosine']")
+    if t.warmup_steps < 0:
+        p.append(f"training.warmup_steps: must be >= 0, got {t.warmup_steps}")
+    if not 0 <= t.min_lr_ratio <= 1:
+        p.append(f"training.min_lr_ratio: must be in [0, 1], got {t.min_lr_ratio}")
+    if t.max_tokens_per_micro_batch < 0:
+        p.append(
+            f"training.max_tokens_per_micro_batch: must be >= 0 (0: micro_batch_size rows), got {t.max_tokens_per_micro_batch}"
+        )
+    if t.mixed_precision not in ("none", "bf16"):
+        p.append(f"training.mixed_precision: {t.mixed_precision!r} is not one of ['none', 'bf16']")
+    for role in ("learner", "reference", "critic"):
+        rr: RoleResources = getattr(res, role)
+        if rr.count > 1 and 0 < rr.gpus < 1:
+            p.append(
+                f"resources.{role}.gpus={rr.gpus} with count={rr.count}: the ranks of a group hold whole GPUs "
+                "(NCCL cannot put two ranks on one GPU) or none"
+            )
+        if t.cpu_offload and rr.gpus == 0 and role == "learner":
+            p.append("training.cpu_offload offloads GPU ranks' state to the host: set resources.learner.gpus >= 1")
     return p
 
 

@@ -1,0 +1,58 @@
+"""Checkpoints of the roles that train (learner, critic), written and read the same way for one
+actor or a rank group.
+
+One actor's weights and optimizer travel to the driver as tensors and go into the step's
+safetensors groups (relay/checkpoint.py). A rank group writes its own shards with
+torch.distributed.checkpoint into `<step>/<role>/` inside the step's temporary folder, before the
+manifest that marks the checkpoint complete (relay/checkpoint_dcp.py): no rank's weights pass
+through the driver. On a cluster of several nodes that folder must be on a file system every rank
+and the driver share.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+
+from actors.rank_group import RankGroup
+from relay.checkpoint import save_checkpoint
+
+TRAINED_ROLES = ("learner", "critic")
+
+
+def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_last_n: int | None) -> Path:
+    """The step's checkpoint: `state` (the driver's) plus every trained role's, written atomically."""
+    tensors, sharded = {}, {}
+    for role in TRAINED_ROLES:
+        handle = getattr(actors, role)
+        if isinstance(handle, RankGroup):
+            sharded[role], state[role] = handle, {"shards": role}
+        elif handle is not None:
+            role_tensors, state[role] = ray.get(handle.state.remote())
+            tensors.update(role_tensors)
+
+    def write_shards(folder: Path) -> None:
+        ray.get([handle.save_shards.remote(str(folder / role)) for role, handle in sharded.items()])
+
+    return save_checkpoint(
+        root, step, tensors, state, keep_last_n=keep_last_n, write_shards=write_shards if sharded else None
+    )
+
+
+def load_training_checkpoint(actors, path: Path, groups: dict, state: dict) -> None:
+    """Give every trained role its state from the checkpoint at `path` (verified by load_checkpoint).
+    Shards written by N ranks load on any number of ranks, or on one actor."""
+    for role in TRAINED_ROLES:
+        handle, meta = getattr(actors, role), state.get(role)
+        if handle is None or meta is None:
+            continue
+        if "shards" in meta:
+            ray.get(handle.load_shards.remote(str(Path(path) / meta["shards"])))
+        elif isinstance(handle, RankGroup):
+            raise ValueError(
+                f"{path}: the {role} was saved by one actor (safetensors); a rank group resumes only from "
+                f"sharded checkpoints: resume with resources.{role}.count=1"
+            )
+        else:
+            ray.get(handle.load_state.remote(groups, meta))

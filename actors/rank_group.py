@@ -1,0 +1,92 @@
+"""A role with several ranks (learner, reference, critic): N actors in one placement group that
+form a torch.distributed group with FSDP2 inside (relay/fsdp.py), and the one handle the driver
+holds for them.
+
+The handle has the methods the role's single actor has, each with `.remote(...)` returning one
+object ref, so the driver reads the same for 1 or N ranks. A call runs on every rank (the ranks
+meet in collectives); rank 0's return value is the group's: it gathers the others' rows, and
+only it sends weights or writes the Hugging Face folder. The weight-group set-up calls go to
+rank 0 alone: it is the learner's member of the learner -> rollout group.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from relay.fsdp import init_rank_group
+from relay.weight_transfer import listen
+
+
+class RankMember:
+    """One rank's end, held by the Learner, Reference or Critic actor: rank 0 binds the group's
+    address (loopback when every rank shares its node), then every rank joins."""
+
+    def __init__(self):
+        self.rank, self.world_size, self.socket = 0, 1, None
+        self.sharded = False  # joined a rank group: the actor's model is FSDP-sharded
+
+    def listen(self, one_node: bool) -> tuple[str, int]:
+        host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
+        self.socket = listen(host)
+        return host, self.socket.getsockname()[1]
+
+    def join(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
+        init_rank_group(host, port, rank, world_size, backend, local_host, listen_socket=self.socket)
+        self.rank, self.world_size, self.sharded = rank, world_size, True
+
+
+class _AllRanks:
+    """`group.<method>.remote(...)`: every rank runs the method; rank 0's result is returned."""
+
+    def __init__(self, group: RankGroup, method: str):
+        self.group, self.method = group, method
+
+    def remote(self, *args, **kwargs):
+        self.group.raise_failed_peers()
+        # one copy in the object store, read by every rank, instead of one per call
+        args = [a if isinstance(a, ray.ObjectRef) else ray.put(a) for a in args]
+        refs = [getattr(rank, self.method).remote(*args, **kwargs) for rank in self.group.ranks]
+        self.group.peer_refs += refs[1:]
+        return refs[0]
+
+
+class _RankZero:
+    """`group.<method>.remote(...)` for a method only rank 0 runs (it alone is in the weight group)."""
+
+    def __init__(self, group: RankGroup, method: str):
+        self.group, self.method = group, method
+
+    def remote(self, *args, **kwargs):
+        return getattr(self.group.ranks[0], self.method).remote(*args, **kwargs)
+
+
+class RankGroup:
+    """The driver's handle on a role's ranks (see the module docstring)."""
+
+    def __init__(self, ranks: list):
+        self.ranks = ranks
+        self.peer_refs: list = []  # results of ranks 1.. (None): checked for errors at the next call
+        for method in ("compute_logprobs", "compute_values", "update", "save_shards", "load_shards", "save_hf"):
+            setattr(self, method, _AllRanks(self, method))
+        # weights out: every rank gathers full tensors, rank 0 sends them
+        self.get_weights = _AllRanks(self, "get_weights")
+        self.broadcast_weights = _AllRanks(self, "broadcast_weights")
+        for method in ("node_id", "listen_for_weight_group", "join_weight_group"):
+            setattr(self, method, _RankZero(self, method))
+
+    def join(self, backend: str) -> None:
+        """Form the torch.distributed group (the ranks' constructors done) and shard the models."""
+        nodes = ray.get([r.node_id.remote() for r in self.ranks])
+        host, port = ray.get(self.ranks[0].listen_for_rank_group.remote(one_node=len(set(nodes)) == 1))
+        world = len(self.ranks)
+        ray.get([r.join_rank_group.remote(host, port, i, world, backend) for i, r in enumerate(self.ranks)])
+
+    def raise_failed_peers(self) -> None:
+        """Raise the error of a rank other than 0 whose call failed (rank 0's the driver sees)."""
+        if self.peer_refs:
+            done, self.peer_refs = ray.wait(self.peer_refs, num_returns=len(self.peer_refs), timeout=0)
+            ray.get(done)
+
+    def __repr__(self) -> str:
+        return f"RankGroup({len(self.ranks)} ranks)"
