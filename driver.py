@@ -239,6 +239,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if actors.critic:
                 ray.get(actors.critic.load_state.remote(groups, state["critic"]))
         sync_weights(actors, version=start_step)
+        if state["eval_before"] is None and not cfg.training.eval_before:
+            state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
