@@ -6,7 +6,7 @@
 The setting: a ~1M-parameter Qwen2 model built by relay's own code (relay.models.tiny, byte-level
 tokenizer, no chat template) and warm-started here on plain prompts "A+B=" (A, B in 0..9; 20 of
 the 100 held out); P prompts x 8 samples per step, 8 new tokens, temperature 1, lr 3e-5, no KL,
-one torch thread per process. Both contenders see the same prompts in the same order (relay's
+one torch thread per process, float32, no gradient checkpointing. Both contenders see the same prompts in the same order (relay's
 PromptIterator order, given to TRL with its shuffling off), and the same reward (the exact-sum
 check of relay.envs.arithmetic). One evaluator scores both final models: greedy held-out accuracy.
 
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -172,6 +173,9 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
     class StepTimes(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             steps_done.append(time.time())
+            threads.append(torch.get_num_threads())  # nothing inside the trainer raised it
+
+    threads: list[int] = []
 
     rows = [json.loads(line) for line in (Path(a.data) / f"order-seed{a.seed}-p{a.prompts}.jsonl").open()]
     config = GRPOConfig(
@@ -185,6 +189,10 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
         max_completion_length=NEW_TOKENS,
         temperature=1.0,
         beta=0.0,
+        # relay's setting, not TRL's defaults for large models: float32 (TRL: bf16 autocast) and no
+        # gradient checkpointing (TRL: on, which also turns the KV cache off while generating).
+        bf16=False,
+        gradient_checkpointing=False,
         shuffle_dataset=False,  # relay's prompt order, as written
         report_to="none",
         save_strategy="no",
@@ -201,6 +209,7 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
         callbacks=[StepTimes()],
     )
     trainer.train()
+    assert set(threads) == {1}, f"TRL ran with {set(threads)} torch threads"
     trainer.save_model(str(work / "trl" / "final_model"))
     return work / "trl" / "final_model"
 
@@ -269,7 +278,8 @@ def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Pat
     cmd += ["--model", str(model), "--steps", str(a.steps), "--prompts", str(prompts), "--seed", str(seed)]
     peak, log = [0], (work / "log.txt").open("w")
     launched = time.time()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # one torch thread per process, whatever a library decides
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(proc.pid)
 
     def sample():
@@ -289,12 +299,14 @@ def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Pat
         raise RuntimeError(f"{contender} run failed ({code}); {work / 'log.txt'}:\n" + "\n".join(tail))
     result = json.loads((work / "result.json").read_text())
     done = result["steps_done"]
-    return {
+    measured = {
         "s_per_step": (done[-1] - done[0]) / max(len(done) - 1, 1),
         "first_step_s": done[0] - launched,
         "peak_gb": peak[0] / 1e9,
         "accuracy": held_out_accuracy(Path(result["final_model"]), held_out),
     }
+    shutil.rmtree(work, ignore_errors=True)  # a failed run's folder stays, with its log
+    return measured
 
 
 def table(results: dict, sizes: list[int], steps: int, rounds: int) -> str:
