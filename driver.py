@@ -238,6 +238,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
             load_training_checkpoint(actors, ckpt, groups, state)
         sync_weights(actors, version=start_step)
+        if state["eval_before"] is None and not cfg.training.eval_before:
+            state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)

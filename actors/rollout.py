@@ -60,7 +60,13 @@ class RolloutWorker:
             limits = AgentLimits(
                 max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens
             )
-            return AgentLoop(self.engine, self.tokenizer, limits, system_prompt=self.cfg.task.system_prompt)
+            return AgentLoop(
+                self.engine,
+                self.tokenizer,
+                limits,
+                system_prompt=self.cfg.task.system_prompt,
+                prompt_format=self.cfg.task.prompt_format,
+            )
         limits = AgentLimits.from_config(self.cfg)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
         env = {}
@@ -80,6 +86,7 @@ class RolloutWorker:
             run_tools=run_tools,
             tool_schemas=schemas if tl.schemas_in_prompt else None,
             system_prompt=self.cfg.task.system_prompt,
+            prompt_format=self.cfg.task.prompt_format,
             **env,
         )
 
@@ -109,7 +116,8 @@ class RolloutWorker:
 
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
         """A single-turn prompt's ids, as the agent loop encodes them (benchmarks generate from these)."""
-        return ChatFormat(self.tokenizer).prompt_ids(row_messages(row, self.cfg.task.system_prompt))
+        fmt = ChatFormat(self.tokenizer, prompt_format=self.cfg.task.prompt_format)
+        return fmt.prompt_ids(row_messages(row, self.cfg.task.system_prompt))
 
     def sampling(self, step: int, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout

@@ -133,6 +133,7 @@ class AgentLoop:
         env_close: Callable[[list[str]], None] | None = None,
         tool_schemas: list[dict] | None = None,
         system_prompt: str | None = None,
+        prompt_format: str = "chat",  # task.prompt_format: chat | raw | auto (relay/chat.py)
     ):
         if parser is not None and run_tools is None:
             raise ValueError("a tool parser needs run_tools")
@@ -142,8 +143,13 @@ class AgentLoop:
         self.parser, self.run_tools = parser, run_tools
         self.env_reset, self.env_step, self.env_close = env_reset, env_step, env_close
         self.system_prompt = system_prompt
-        self.format = ChatFormat(tokenizer, tool_schemas)
+        self.format = ChatFormat(tokenizer, tool_schemas, prompt_format)
         if parser is not None or env_step is not None:
+            if self.format.prompt_format == "raw":
+                raise ValueError(
+                    "task.prompt_format: raw prompts have no chat template to place tool results and "
+                    "observations in; multi-turn episodes (tools, task.env) need a tokenizer with one"
+                )
             _ = self.format.turn_end  # a template that cannot place observations fails here, not mid-rollout
 
     # -- public

@@ -2,6 +2,7 @@
 
     fmt = ChatFormat(tokenizer, tool_schemas)
     prompt = fmt.prompt_ids(messages)                          # the template with its generation prompt
+    raw = ChatFormat(tokenizer, prompt_format="raw").prompt_ids([{"role": "user", "content": "3+4="}])
     obs = fmt.observation_ids([{"role": "tool", "content": "336"}], eos_token=tokenizer.eos_token_id)
     prompt, response, loss_mask = encode_scripted(fmt, ScriptedEpisode(messages, [ScriptedTurn("336")]))
 
@@ -16,15 +17,53 @@ tokens with loss mask 0.
 The agent loop (relay/agent.py) lays out every episode this way; encode_scripted lays out a
 scripted episode (ScriptedEpisode) the same way, for warm starts (relay/models/warm_start.py) and
 tests. Environments describe their example episodes as ScriptedEpisode objects.
+
+Plain prompts (task.prompt_format=raw) are for base models that were never taught a chat
+layout: the prompt is the messages' text as is, tokenized with the tokenizer's own special-token
+handling (a BOS where the tokenizer adds one), no template. "auto" is chat when the tokenizer has
+a chat template, raw otherwise. Multi-turn episodes need a template to place observations in.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------ prompt format
+
+PROMPT_FORMATS = ("chat", "raw", "auto")
+_noticed_auto_raw = False  # the auto -> raw notice is printed once per process
+
+
+def resolve_prompt_format(prompt_format: str, tokenizer) -> str:
+    """The prompt format to use with this tokenizer, "chat" or "raw", for task.prompt_format. auto: chat
+    when the tokenizer has a chat template, raw (printing a one-line notice, once) when it has none."""
+    global _noticed_auto_raw
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format: {prompt_format!r} is not one of {list(PROMPT_FORMATS)}")
+    if prompt_format != "auto":
+        return prompt_format
+    if getattr(tokenizer, "chat_template", None):
+        return "chat"
+    if not _noticed_auto_raw:
+        _noticed_auto_raw = True
+        print(
+            "relay: the tokenizer has no chat template: prompts are fed as plain text "
+            "(task.prompt_format=auto -> raw; set task.prompt_format to choose)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return "raw"
+
+
+def raw_prompt_text(messages: list[dict]) -> str:
+    """The text of a plain prompt: the messages' contents (a system prompt, then the user's text), one per line."""
+    return "\n".join(m["content"] for m in messages)
 
 
 # ------------------------------------------------------------------------------ chat format
@@ -34,11 +73,13 @@ _ASSISTANT = "RELAYASSISTANTPLACEHOLDER"
 
 
 class ChatFormat:
-    """Prompt ids, and the token ids of what follows a model turn, for one tokenizer + chat template."""
+    """Prompt ids, and the token ids of what follows a model turn, for one tokenizer + chat template.
+    prompt_format: "chat" (the template), "raw" (plain text, no template) or "auto" (resolve_prompt_format)."""
 
-    def __init__(self, tokenizer, tools: list[dict] | None = None):
+    def __init__(self, tokenizer, tools: list[dict] | None = None, prompt_format: str = "chat"):
         self.tokenizer = tokenizer
         self.tools = tools or None
+        self.prompt_format = resolve_prompt_format(prompt_format, tokenizer)
         self._warned_eos = self._warned_roundtrip = False
 
     @functools.cached_property
@@ -64,6 +105,8 @@ class ChatFormat:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
+        if self.prompt_format == "raw":  # the tokenizer's own special tokens (e.g. a BOS), exactly as for the text
+            return self.tokenizer(raw_prompt_text(messages)).input_ids
         return self.encode(self._render(messages, True))
 
     def observation_text(self, observation: str | list[dict], eos_token: int | None) -> str:

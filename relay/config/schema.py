@@ -61,6 +61,9 @@ class TaskConfig:
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     system_prompt: str | None = None
+    # How prompts become tokens: chat (the tokenizer's chat template), raw (the prompt text as is, with
+    # the tokenizer's own special tokens: for base models), auto (chat when the tokenizer has a template).
+    prompt_format: Literal["chat", "raw", "auto"] = "auto"
     digits: int = 2  # built-in arithmetic: operand size
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
@@ -236,6 +239,7 @@ class TrainingConfig:
     mixed_precision: Literal["none", "bf16"] = "none"  # bf16: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
     cpu_offload: bool = False  # parameters, gradients and optimizer state on the host (CPUOffloadPolicy; GPU ranks)
+    eval_before: bool = True  # the held-out evaluation before training; off: a faster start, before-values NaN
     # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
     # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
     stop_after_failed_steps: int = 3

@@ -152,6 +152,11 @@ def validate(cfg: Config) -> list[str]:
     )
     if cfg.tools.enabled or cfg.task.env is not None:
         need(
+            task.prompt_format != "raw",
+            "task.prompt_format: raw has no chat template to place tool results and observations in; "
+            "multi-turn tasks (tools.enabled, task.env) need chat or auto",
+        )
+        need(
             r.max_total_tokens >= (r.max_tokens_per_turn or r.max_new_tokens),
             f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
         )
