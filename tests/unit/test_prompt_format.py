@@ -157,7 +157,7 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
     monkeypatch.setattr(driver, "evaluate", fake_evaluate)
     monkeypatch.setattr(driver, "train_step", fake_train_step)
     monkeypatch.setattr(driver, "publish_ray_metrics", lambda *a: None)
-    monkeypatch.setattr(driver, "save_checkpoint", lambda *a, **k: None)
+    monkeypatch.setattr(driver, "save_training_checkpoint", lambda *a, **k: None)
     monkeypatch.setattr(driver, "ray", SimpleNamespace(get=lambda x: x))
     cfg = load_config(
         None,
