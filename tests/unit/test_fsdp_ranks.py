@@ -83,22 +83,27 @@ def test_two_rank_checkpoint_resumes_on_two_and_three_ranks(two_ranks, tiny_mode
 
 @pytest.mark.slow
 def test_memory_options_on_two_ranks(two_ranks, tiny_model_path, tmp_path):
-    """Activation checkpointing and token-budget micro-batches change no number beyond float error;
-    bf16 mixed precision trains (fp32 master weights) and stays near the fp32 run."""
+    """Activation checkpointing recomputes the same numbers; token-budget micro-batches give the
+    same update from the same weights up to float error (later steps start from weights that
+    differ by that error, amplified by Adam, so only step 1 is held to 1e-5); bf16 mixed
+    precision trains with fp32 master weights and stays near the fp32 run."""
     _, fp32 = two_ranks
-    same = run_ranks(
-        2,
-        tiny_model_path,
-        tmp_path,
-        False,
-        ["training.activation_checkpointing=true", "training.max_tokens_per_micro_batch=12"],
-    )
-    worst = largest_difference(same, fp32, range(1, STEPS + 1))
-    print(f"activation checkpointing + token budget vs plain: largest relative difference {worst[0]:.2e} ({worst[1]})")
-    assert worst[0] < 1e-5, worst
-    (tmp_path / "bf16").mkdir()
-    bf16 = run_ranks(2, tiny_model_path, tmp_path / "bf16", False, ["training.mixed_precision=bf16"])
-    assert all(w.dtype == torch.float32 for w in bf16["learner"]["weights"].values())
-    worst = largest_difference(bf16, fp32, range(1, 2))
+    runs = {}
+    for name, option in (
+        ("checkpointing", "training.activation_checkpointing=true"),
+        ("budget", "training.max_tokens_per_micro_batch=12"),
+        ("bf16", "training.mixed_precision=bf16"),
+    ):
+        (tmp_path / name).mkdir()
+        runs[name] = run_ranks(2, tiny_model_path, tmp_path / name, False, [option])
+    for name, steps, limit in (("checkpointing", range(1, STEPS + 1), 1e-5), ("budget", range(1, 2), 1e-5)):
+        every = largest_difference(runs[name], fp32, range(1, STEPS + 1))
+        worst = largest_difference(runs[name], fp32, steps)
+        print(
+            f"{name} vs plain: largest relative difference {worst[0]:.2e} ({worst[1]}); over all steps {every[0]:.2e}"
+        )
+        assert worst[0] < limit, (name, worst)
+    assert all(w.dtype == torch.float32 for w in runs["bf16"]["learner"]["weights"].values())
+    worst = largest_difference(runs["bf16"], fp32, range(1, 2))
     print(f"bf16 mixed precision vs fp32, step 1: largest relative difference {worst[0]:.2e} ({worst[1]})")
     assert worst[0] < 0.05, worst
