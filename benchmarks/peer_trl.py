@@ -6,9 +6,10 @@
 The setting: a ~1M-parameter Qwen2 model built by relay's own code (relay.models.tiny, byte-level
 tokenizer, no chat template) and warm-started here on plain prompts "A+B=" (A, B in 0..9; 20 of
 the 100 held out); P prompts x 8 samples per step, 8 new tokens, temperature 1, lr 3e-5, no KL,
-one torch thread per process, float32, no gradient checkpointing. Both contenders see the same prompts in the same order (relay's
-PromptIterator order, given to TRL with its shuffling off), and the same reward (the exact-sum
-check of relay.envs.arithmetic). One evaluator scores both final models: greedy held-out accuracy.
+one torch thread per process, float32, no gradient checkpointing. Both contenders see the same
+prompts in the same order (relay's PromptIterator order, given to TRL with its shuffling off), and
+the same reward (the exact-sum check of relay.envs.arithmetic). One evaluator scores both final
+models: greedy held-out accuracy.
 
 Each run is a fresh child process of this script, and the contenders alternate (TRL first in even
 rounds, relay first in odd ones; round r uses seed r). Measured per run: seconds per step (the
