@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from relay.types import FinishReason, Sample
 
+PRINTED_IN_FULL = 3  # failures of one kind shown whole per process; later ones one line at 10, 100, 1000, ...
+
+
+def print_failure(count: int, full: str, short: str) -> None:
+    """Rate-limited: the `count`-th failure of its kind prints `full` while count <= PRINTED_IN_FULL,
+    then `short` only at powers of ten, so a run of thousands of errors stays readable."""
+    if count <= PRINTED_IN_FULL:
+        print(full, flush=True)
+    elif str(count).strip("0") == "1":
+        print(short, flush=True)
+
 
 class RunFailed(RuntimeError):
     """The run cannot go on; the message names the cause and what to look at."""

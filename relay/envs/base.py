@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from relay.envs.contract import EnvMaker, row_seed
+from relay.failures import print_failure
 
-PRINTED_ERRORS = 3  # tracebacks printed in full per EnvRunner; later errors print one line at powers of ten
 KEPT_FINISHED = 4096  # finished instances kept for the reward function before the oldest are reused
 
 
@@ -144,12 +144,12 @@ class EnvRunner:
 
     def _report(self, error: str) -> str:
         self.errors += 1
-        if self.errors <= PRINTED_ERRORS:
-            print(f"EnvRunner: {error}", flush=True)
-        elif str(self.errors).strip("0") == "1":  # 10, 100, 1000, ...
-            print(
-                f"EnvRunner: {self.errors} environment errors so far; the latest: {error.splitlines()[0]}", flush=True
-            )
+        latest = error.splitlines()[0]
+        print_failure(
+            self.errors,
+            f"EnvRunner: {error}",
+            f"EnvRunner: {self.errors} environment errors so far; the latest: {latest}",
+        )
         return error
 
 

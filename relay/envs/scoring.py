@@ -20,9 +20,8 @@ from collections.abc import Callable
 
 from relay.envs.base import EnvRunner
 from relay.envs.trajectory import reward_caller, reward_value
+from relay.failures import print_failure
 from relay.types import Sample
-
-PRINTED_ERRORS = 3  # reward errors shown in full per Scorer; later ones print one line at powers of ten
 
 
 class Scorer:
@@ -55,10 +54,11 @@ class Scorer:
     def _report(self, why: str, sample: Sample) -> None:
         self.errors += 1
         where = f"episode {sample.meta.get('episode_id', '?')} (group {sample.group_id})"
-        if self.errors <= PRINTED_ERRORS:
-            print(f"reward error on {where}: {why.rstrip()}", flush=True)
-        elif str(self.errors).strip("0") == "1":  # 10, 100, 1000, ...
-            print(f"{self.errors} reward errors so far; the latest, on {where}: {why.splitlines()[0]}", flush=True)
+        print_failure(
+            self.errors,
+            f"reward error on {where}: {why.rstrip()}",
+            f"{self.errors} reward errors so far; the latest, on {where}: {why.splitlines()[0]}",
+        )
 
 
 def neutralize_reward_errors(samples: list[Sample]) -> int:
