@@ -32,7 +32,7 @@ from relay.config import ConfigError, ToolsConfig, validate_sandbox_limits, vali
 from relay.tools.registry import ToolResult
 
 _RETRY_STATUS = (502, 503, 504)
-_CLIENT_HEADER = "X-Relay-Client"  # relay.tools.server.CLIENT_HEADER
+_CLIENT_HEADER = "X-Relay-Client"  # relay.tools.http_handler.CLIENT_HEADER
 _client_numbers = itertools.count()
 
 

@@ -16,8 +16,9 @@ import time
 import pytest
 
 from relay.config import ToolServerConfig
+from relay.tools.http_handler import CLIENT_HEADER
 from relay.tools.sandbox import SandboxResult
-from relay.tools.server import CLIENT_HEADER, ToolServer
+from relay.tools.server import ToolServer
 
 
 class Runner:
