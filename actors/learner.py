@@ -18,6 +18,15 @@ from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, 
 from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
 from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, shard_model, share_rows
+from relay.lora import (
+    adapters_disabled,
+    attach_adapters,
+    engine_state_dict,
+    final_folder_writer,
+    load_trainable_state,
+    trainable_parameters,
+    trainable_state_dict,
+)
 from relay.lr_schedule import make_lr_scheduler
 from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
@@ -75,6 +84,8 @@ class Learner:
         self.temperature = cfg.rollout.temperature
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
+        if cfg.model.lora.rank:  # relay/lora.py: only adapters train; the base doubles as the reference
+            self.model = attach_adapters(self.model, cfg.model.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
@@ -82,7 +93,7 @@ class Learner:
             checkpoint_activations(self.model)
         self.ranks = RankMember()
         self._make_optimizer()
-        self.weights_out = WeightSender(lambda: self.model.state_dict())
+        self.weights_out = WeightSender(lambda: engine_state_dict(self.model))
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
         # set where the work happens. `updates` is the policy's weight version (the driver tags the
         # weights after step N's update as version N) and comes back with a checkpoint.
@@ -90,7 +101,7 @@ class Learner:
 
     def _make_optimizer(self) -> None:
         t = self.cfg.training
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.optimizer = torch.optim.AdamW(trainable_parameters(self.model), lr=t.lr, weight_decay=t.weight_decay)
         self.scheduler = make_lr_scheduler(self.optimizer, t)
 
     def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
@@ -101,10 +112,15 @@ class Learner:
         shard_model(self.model, self.cfg.training, self.device)
         self._make_optimizer()  # over the sharded parameters
         # keep_vars: tied weights stay one parameter object, sent once
-        self.weights_out = WeightSender(lambda: self.model.state_dict(keep_vars=True), peer=rank > 0)
+        self.weights_out = WeightSender(lambda: engine_state_dict(self.model, keep_vars=True), peer=rank > 0)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
         return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
+
+    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor | None:
+        """With LoRA, the reference policy: the base model, adapters switched off (no Reference actor)."""
+        with adapters_disabled(self.model):
+            return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
 
     def update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
@@ -187,7 +203,7 @@ class Learner:
         """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG."""
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
-        policy = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        policy = {k: v.detach().to("cpu", copy=True) for k, v in trainable_state_dict(self.model).items()}
         meta = {
             "optimizer": opt_skeleton,
             "rng": capture_rng(),
@@ -197,7 +213,7 @@ class Learner:
         return {"policy": policy, "optimizer": opt_tensors}, meta
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.model.load_state_dict(groups["policy"], strict=True)
+        load_trainable_state(self.model, groups["policy"])
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
         if "lr_schedule" in meta:
             self.scheduler.load_state_dict(meta["lr_schedule"])
@@ -219,7 +235,11 @@ class Learner:
         from relay.models.loading import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path) if self.ranks.rank == 0 else None
-        if self.ranks.sharded:
+        if self.cfg.model.lora.rank:  # a peft adapter folder (+ merged/): every rank gathers, rank 0 writes
+            writer = final_folder_writer(self.model, self.cfg.checkpoint.save_merged, tokenizer, self.ranks.rank == 0)
+            if writer is not None:
+                save_hf_model(writer, None, folder)
+        elif self.ranks.sharded:
             save_hf_sharded(self.model, folder, tokenizer)
         else:
             save_hf_model(self.model, tokenizer, folder)

@@ -15,6 +15,7 @@ from actors.critic import Critic
 from actors.env import EnvPool
 from actors.feasibility import check_feasible
 from actors.learner import Learner, Reference
+from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
@@ -93,7 +94,7 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     res = cfg.resources
     roles = {"tools": cfg.tools.executors} if uses_tool_executors(cfg) else {}
     roles.update(env=res.env, rollout=res.rollout, learner=res.learner)
-    if cfg.algorithm.kl_coef > 0:  # the KL penalty needs reference logprobs
+    if cfg.algorithm.kl_coef > 0 and not cfg.model.lora.rank:  # KL needs reference logprobs; LoRA: the learner's
         roles["reference"] = res.reference
     if cfg.critic.enabled:
         roles["critic"] = res.critic
@@ -237,7 +238,8 @@ class Actors:
     placement_groups: list = field(default_factory=list)
 
     def by_role(self) -> dict[str, list]:
-        single = {"learner": self.learner, "reference": self.reference, "critic": self.critic}
+        reference = None if isinstance(self.reference, LearnerAsReference) else self.reference  # no actor of its own
+        single = {"learner": self.learner, "reference": reference, "critic": self.critic}
         roles = {
             "tools": self.tools,
             "env": self.env,
@@ -271,6 +273,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:
             actors.reference = create_role(Reference, "reference", cfg, res.reference, run_name, model_path, groups)
+        elif cfg.algorithm.kl_coef > 0:  # LoRA: the learner's base model, adapters off
+            actors.reference = LearnerAsReference(actors.learner)
         if "critic" in roles:
             actors.critic = create_role(Critic, "critic", cfg, res.critic, run_name, model_path, groups)
         sleep = cfg.rollout.sleep_while_training

@@ -22,7 +22,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+# Frozen parameters (a LoRA model's base, relay/lora.py) are not saved: they are model.path's.
+OPTIONS = StateDictOptions(ignore_frozen_params=True)
 
 
 def _rank() -> int:
@@ -33,7 +36,7 @@ def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
     """Every rank of the group calls this with the same folder: its shard of the model and the
     optimizer state, and `extra` (JSON-able) as rank_<r>.json. Returns when every rank is done."""
     folder = Path(folder)
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=OPTIONS)
     dcp.save(
         {"model": model_state, "optimizer": optimizer_state},
         checkpoint_id=str(folder),
@@ -52,9 +55,11 @@ def load_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
     """Read the model and optimizer state saved by save_shards (by any number of ranks) into this
     rank's shards; returns this rank's `extra` (rank 0's when the saving group was smaller)."""
     folder = Path(folder)
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=OPTIONS)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=OPTIONS
+    )
     path = folder / f"rank_{_rank()}.json"
     return json.loads((path if path.is_file() else folder / "rank_0.json").read_text(encoding="utf-8"))

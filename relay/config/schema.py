@@ -38,6 +38,19 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters on the policy through peft (relay/lora.py): only the adapters train and hold
+    optimizer state; the reference policy is the base with the adapters switched off."""
+
+    rank: int = 0  # 0: off (full fine-tuning); else the adapters' rank r
+    alpha: float = 16.0  # the adapter output is scaled by alpha / rank
+    dropout: float = 0.0  # on the adapters' input, in the learner's update passes only
+    # Module names (or name suffixes) to adapt, or ("all-linear",): every linear layer but the output
+    # head. Default: the attention and MLP projections of Qwen2 / Llama / Mistral-style models.
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     # "tiny" = the built-in model shipped in relay/models/shipped/ (the task's own warm start for the
     # built-in agent tasks); else a local HF folder or a hub name.
@@ -45,6 +58,7 @@ class ModelConfig:
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
+    lora: LoraConfig = LoraConfig()
 
 
 @dataclass(frozen=True)
@@ -264,7 +278,8 @@ class ResourcesConfig:
 class CheckpointConfig:
     every: int = 0  # steps between checkpoints; 0: only the last step
     keep_last_n: int = 2
-    save_hf_model: bool = True  # final policy as a plain Hugging Face folder
+    save_hf_model: bool = True  # final policy as a plain Hugging Face folder (with LoRA: a peft adapter folder)
+    save_merged: bool = False  # with LoRA: also the merged model, a plain Hugging Face folder in final_model/merged
     # --resume when the newest checkpoint fails verification: false stops and names the newest one
     # that verifies; true resumes from that one (the failing ones are renamed corrupt-step_*).
     fallback: bool = False

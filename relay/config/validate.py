@@ -109,6 +109,7 @@ def validate(cfg: Config) -> list[str]:
             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}",
         )
     p += validate_sharding(cfg)
+    p += _lora_problems(cfg)
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"
@@ -173,6 +174,12 @@ def validate(cfg: Config) -> list[str]:
             f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}",
         )
     return p
+
+
+def _lora_problems(cfg: Config) -> list[str]:
+    from relay.lora import lora_problems  # peft and the model's module names: only when asked
+
+    return lora_problems(cfg)
 
 
 def validate_sharding(cfg: Config) -> list[str]:
