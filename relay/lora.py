@@ -190,52 +190,37 @@ def final_folder_writer(model, with_merged: bool, tokenizer, write: bool) -> Lor
     return LoraFolderWriter(model, adapters, merged, tokenizer) if write else None
 
 
-# -- config checks -------------------------------------------------------------------------------
+# -- config check against the model ---------------------------------------------------------------
 
 
-def lora_problems(cfg: Config) -> list[str]:
-    """model.lora.* and checkpoint.save_merged; target modules must match a module of the model
-    (read from its config on the meta device: no weights are loaded)."""
-    lora, p = cfg.model.lora, []
-    if lora.rank < 0:
-        p.append(f"model.lora.rank: must be >= 0 (0: full fine-tuning), got {lora.rank}")
-    if not lora.alpha > 0:
-        p.append(f"model.lora.alpha: must be > 0, got {lora.alpha}")
-    if not 0 <= lora.dropout < 1:
-        p.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
-    if cfg.checkpoint.save_merged and lora.rank <= 0:
-        p.append("checkpoint.save_merged: only with model.lora.rank > 0 (without LoRA final_model is the whole model)")
-    if lora.rank <= 0:
-        return p
-    if not lora.target_modules:
-        return p + ["model.lora.target_modules: empty; name module names (e.g. q_proj) or 'all-linear'"]
-    names = _module_names(cfg)
-    if names is None or tuple(lora.target_modules) == ("all-linear",):
-        return p
+def target_module_problem(cfg: Config, path: str) -> str | None:
+    """None, or one line when model.lora.target_modules match no module of the model at `path`
+    (read from its config on the meta device: no weights are loaded), listing its module names."""
+    lora = cfg.model.lora
+    if lora.rank <= 0 or not lora.target_modules or tuple(lora.target_modules) == ("all-linear",):
+        return None
+    names = _module_names(path, cfg.model.trust_remote_code)
+    if names is None:
+        return None
     matched = {t for t in lora.target_modules for n in names if n == t or n.endswith("." + t)}
-    if unmatched := [t for t in lora.target_modules if t not in matched]:
-        leaves = sorted({n.rpartition(".")[2] for n in names if n and not n.rpartition(".")[2].isdigit()})
-        p.append(
-            f"model.lora.target_modules: {unmatched} match no module of {cfg.model.path}; "
-            f"its module names: {', '.join(leaves)}"
-        )
-    return p
+    if not (unmatched := [t for t in lora.target_modules if t not in matched]):
+        return None
+    leaves = sorted({n.rpartition(".")[2] for n in names if n and not n.rpartition(".")[2].isdigit()})
+    return (
+        f"model.lora.target_modules: {unmatched} match no module of {cfg.model.path}; "
+        f"its module names: {', '.join(leaves)}"
+    )
 
 
-def _module_names(cfg: Config) -> list[str] | None:
-    """The policy's module names, from its config alone; None where the config cannot be read here
-    (a hub name not in the local cache: the learner reports that itself)."""
+def _module_names(path: str, trust_remote_code: bool) -> list[str] | None:
+    """The model's module names, from its config alone; None where the config cannot be read here
+    (the learner reports that itself when it loads the model)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = cfg.model.path
-    if path == "tiny":
-        from relay.models.shipped import tiny_model
-
-        path = str(tiny_model(cfg.task.env))
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.model.trust_remote_code)
-    except Exception:  # noqa: BLE001 - any unreadable model is reported by the model.path checks
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception:  # an unreadable model is reported where it is loaded
         return None
     return [name for name, _ in model.named_modules()]

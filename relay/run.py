@@ -71,6 +71,11 @@ def resolve_model_path(cfg: Config) -> str:
         local = Path(m.path).expanduser()
         path = str(local) if local.exists() else m.path
         check_model_source(path, "model.path", m.trust_remote_code, tokenizer=m.tokenizer_path is None)
+    if cfg.model.lora.rank:  # LoRA target modules that match nothing: one line now, not in the learner
+        from relay.lora import target_module_problem
+
+        if problem := target_module_problem(cfg, path):
+            raise ConfigError([problem])
     if cfg.model.tokenizer_path is not None:
         check_model_source(cfg.model.tokenizer_path, "model.tokenizer_path", model=False)
     if cfg.critic.enabled and cfg.critic.model_path is not None:

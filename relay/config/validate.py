@@ -109,7 +109,7 @@ def validate(cfg: Config) -> list[str]:
             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}",
         )
     p += validate_sharding(cfg)
-    p += _lora_problems(cfg)
+    p += validate_lora(cfg)
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"
@@ -176,10 +176,21 @@ def validate(cfg: Config) -> list[str]:
     return p
 
 
-def _lora_problems(cfg: Config) -> list[str]:
-    from relay.lora import lora_problems  # peft and the model's module names: only when asked
-
-    return lora_problems(cfg)
+def validate_lora(cfg: Config) -> list[str]:
+    """model.lora.* values (their target modules are checked against the model by relay.lora,
+    when the driver resolves model.path) and checkpoint.save_merged."""
+    lora, p = cfg.model.lora, []
+    if lora.rank < 0:
+        p.append(f"model.lora.rank: must be >= 0 (0: full fine-tuning), got {lora.rank}")
+    if not lora.alpha > 0:
+        p.append(f"model.lora.alpha: must be > 0, got {lora.alpha}")
+    if not 0 <= lora.dropout < 1:
+        p.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
+    if lora.rank > 0 and not lora.target_modules:
+        p.append("model.lora.target_modules: empty; name module names (e.g. q_proj) or 'all-linear'")
+    if cfg.checkpoint.save_merged and lora.rank <= 0:
+        p.append("checkpoint.save_merged: only with model.lora.rank > 0 (without LoRA final_model is the whole model)")
+    return p
 
 
 def validate_sharding(cfg: Config) -> list[str]:

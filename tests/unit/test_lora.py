@@ -3,6 +3,7 @@ trains, the reference with adapters off, the merged weights, the final folder, e
 bad target modules."""
 
 import pytest
+import ray
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -14,6 +15,7 @@ from relay.config import ConfigError, load_config
 from relay.lora import MERGED_FOLDER, engine_state_dict, trainable_fraction
 from relay.models.loading import load_model
 from relay.policy import compute_logprobs
+from relay.run import resolve_model_path
 from relay.types import Batch, Sample
 
 LORA = ["model.lora.rank=8", "training.lr=5e-3"]
@@ -134,8 +136,9 @@ def test_lora_runs_start_no_reference_actor():
 
 
 def test_target_modules_matching_nothing_is_one_line_before_any_actor(capsys):
+    cfg = load_config(None, ["model.lora.rank=8", "model.lora.target_modules=[q_proj,attn_qkv]"])
     with pytest.raises(ConfigError) as error:
-        load_config(None, ["model.lora.rank=8", "model.lora.target_modules=[q_proj,attn_qkv]"])
+        resolve_model_path(cfg)  # what the driver does before Ray starts
     assert len(error.value.problems) == 1
     line = error.value.problems[0]
     assert line.startswith("model.lora.target_modules: ['attn_qkv'] match no module")
@@ -143,6 +146,7 @@ def test_target_modules_matching_nothing_is_one_line_before_any_actor(capsys):
     code = driver.main(["model.lora.rank=4", "model.lora.target_modules=[nope]", "logging.console=false"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("relay:")]
     assert code == 2 and len(err) == 1 and "model.lora.target_modules" in err[0]
+    assert not ray.is_initialized()
 
 
 def test_lora_keys_are_checked():
