@@ -21,6 +21,7 @@ from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_h
 from relay.lr_schedule import make_lr_scheduler
 from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
+from relay.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
 from relay.policy import compute_logprobs, response_logprobs
 from relay.types import Batch
 from relay.update_loop import run_update
@@ -107,12 +108,16 @@ class Learner:
         return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
+        """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
+        Without old logprobs from the driver, finds them itself (relay/old_logprobs.py)."""
         start = time.perf_counter()
+        batch = batch.to(self.device)
+        if batch.old_logprobs is None and not on_policy(self.cfg.training):  # on-policy: _loss detaches its own
+            batch.old_logprobs = old_logprobs_before_update(self.model, batch, self.temperature, self.ranks.sharded)
         metrics = run_update(
             self.model,
             self.optimizer,
-            batch.to(self.device),
+            batch,
             self._loss,
             self.cfg.training,
             seed=self.cfg.run.seed,
@@ -121,7 +126,8 @@ class Learner:
             rank=self.ranks.rank,
             world_size=self.ranks.world_size,
         )
-        out = {f"actor/{k}": v for k, v in metrics.items()}
+        out = old_logprob_metrics(metrics)
+        out |= {f"actor/{k}": v for k, v in metrics.items()}
         out[LEARNER_UPDATE_S] = self.update_seconds = time.perf_counter() - start
         self.updates += 1
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
@@ -137,7 +143,7 @@ class Learner:
         a = self.cfg.algorithm
         mask = micro.loss_mask
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
-        old = micro.old_logprobs
+        old = logprobs.detach() if micro.old_logprobs is None else micro.old_logprobs
         is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
         loss, metrics = policy_loss(
             a.policy_loss,
@@ -151,7 +157,7 @@ class Learner:
             agg_mode=a.loss_agg,
             is_weights=is_weights,
         )
-        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics = {k: float(v) for k, v in metrics.items()} | old_logprob_stats(old, micro, a.kl_estimator)
         metrics["pg_loss"] = float(loss.detach())
         if a.kl_coef > 0 and a.kl_in == "loss":
             kl = aggregate(kl_penalty(logprobs, micro.ref_logprobs, a.kl_estimator), mask, a.loss_agg)
