@@ -23,6 +23,7 @@ from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
 from relay.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
 from relay.policy import compute_logprobs, response_logprobs
+from relay.shared_weights import SharedWeightsHandle
 from relay.types import Batch
 from relay.update_loop import run_update
 from relay.weight_transfer import BroadcastPlan, WeightPayload
@@ -177,6 +178,15 @@ class Learner:
 
     def get_weights(self) -> WeightPayload | None:
         return self.weights_out.payload()
+
+    def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
+        return self.weights_out.open_shared(tag)
+
+    def publish_shared_weights(self, version: int) -> None:
+        self.weights_out.publish_shared(version)
+
+    def unlink_shared_weights(self) -> None:
+        self.weights_out.unlink_shared()
 
     def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         return self.weights_out.listen(one_node)

@@ -22,6 +22,7 @@ from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
+from relay.shared_weights import SharedWeightsHandle
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
@@ -176,6 +177,15 @@ class RolloutWorker:
     def update_weights(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
         seconds = self.weights_in.load(weights, version)
+        self.weights_version = version
+        return seconds
+
+    def attach_shared_weights(self, handle: SharedWeightsHandle) -> None:
+        self.weights_in.attach_shared(handle)
+
+    def load_shared_weights(self, written: None, version: int) -> float:
+        """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
+        seconds = self.weights_in.load_shared(version)
         self.weights_version = version
         return seconds
 

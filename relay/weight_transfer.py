@@ -114,7 +114,7 @@ class BroadcastPlan:
     aliases: dict[str, str]
 
     @classmethod
-    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> BroadcastPlan:
+    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: float = BUCKET_BYTES) -> BroadcastPlan:
         unique, aliases = unique_tensors(state_dict)
         buckets, sizes = [[]], [0]
         for name, t in unique.items():
@@ -125,6 +125,24 @@ class BroadcastPlan:
             buckets[-1].append(TensorSlot(name, t.dtype, tuple(t.shape), sizes[-1], nbytes))
             sizes[-1] += -(-nbytes // ALIGN) * ALIGN
         return cls(tuple(map(tuple, buckets)), tuple(sizes), aliases)
+
+
+@torch.no_grad()
+def pack(state_dict: dict[str, torch.Tensor], slots: tuple[TensorSlot, ...], buffer: torch.Tensor) -> None:
+    """Copy each slot's tensor (the full tensor of a DTensor) into its bytes of `buffer` (uint8)."""
+    for s in slots:
+        t = full(state_dict[s.name])
+        if t.dtype != s.dtype or tuple(t.shape) != s.shape:
+            raise ValueError(
+                f"weight transfer: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"
+            )
+        buffer[s.offset : s.offset + s.nbytes].copy_(t.contiguous().view(-1).view(torch.uint8))
+
+
+def unpack(buffer: torch.Tensor, slots: tuple[TensorSlot, ...]):
+    """(name, tensor) for each slot: views of `buffer` (uint8), no copies."""
+    for s in slots:
+        yield s.name, buffer[s.offset : s.offset + s.nbytes].view(s.dtype).view(s.shape)
 
 
 class WeightGroup:
@@ -178,13 +196,7 @@ class WeightGroup:
     def send(self, state_dict: dict[str, torch.Tensor], plan: BroadcastPlan) -> None:
         for slots, size in zip(plan.buckets, plan.bucket_bytes):
             buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-            for s in slots:
-                t = full(state_dict[s.name])
-                if t.dtype != s.dtype or tuple(t.shape) != s.shape:
-                    raise ValueError(
-                        f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"
-                    )
-                buffer[s.offset : s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+            pack(state_dict, slots, buffer)
             self._broadcast(buffer)
 
     def receive(self, plan: BroadcastPlan) -> ReceivedWeights:
@@ -210,11 +222,9 @@ class ReceivedWeights:
         for alias, name in self.plan.aliases.items():
             aliases_of.setdefault(name, []).append(alias)
         for slots in self.plan.buckets:
-            buffer = self._receive_next()
-            for s in slots:
-                t = buffer[s.offset : s.offset + s.nbytes].view(s.dtype).view(s.shape)
-                yield s.name, t
-                for alias in aliases_of.get(s.name, ()):
+            for name, t in unpack(self._receive_next(), slots):
+                yield name, t
+                for alias in aliases_of.get(name, ()):
                     yield alias, t
 
     def _receive_next(self) -> torch.Tensor:
