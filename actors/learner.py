@@ -191,8 +191,8 @@ class Learner:
     def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         return self.weights_out.listen(one_node)
 
-    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
-        self.weights_out.join(host, port, world_size, backend, tag)
+    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        self.weights_out.join(host, port, world_size, backend, tag, secret)
 
     def broadcast_weights(self) -> None:
         self.weights_out.broadcast()

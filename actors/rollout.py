@@ -190,9 +190,17 @@ class RolloutWorker:
         return seconds
 
     def join_weight_group(
-        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        tag: str,
+        plan: BroadcastPlan,
+        secret: bytes,
     ) -> None:
-        self.weights_in.join(host, port, rank, world_size, backend, tag, plan)
+        self.weights_in.join(host, port, rank, world_size, backend, tag, plan, secret)
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""

@@ -17,6 +17,7 @@ The group's store listens on the learner's address only: loopback when every mem
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ import ray
 import torch
 
 from relay.shared_weights import SharedWeights, SharedWeightsHandle
+from relay.signed_store import SECRET_BYTES
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
 # -- actor side: objects the Learner (sender) and each RolloutWorker (receiver) hold ----------
@@ -75,8 +77,10 @@ class WeightSender:
         self.plan = BroadcastPlan.of(self.state_dict())
         return host, self.socket.getsockname()[1], self.plan
 
-    def join(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
-        self.group = WeightGroup(host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket)
+    def join(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        self.group = WeightGroup(
+            host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket, secret=secret
+        )
 
     def broadcast(self) -> None:
         if self.peer:
@@ -114,10 +118,19 @@ class WeightReceiver:
         return time.perf_counter() - start
 
     def join(
-        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        tag: str,
+        plan: BroadcastPlan,
+        secret: bytes,
     ) -> None:
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
-        self.group, self.plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
+        self.group = WeightGroup(host, port, rank, world_size, backend, tag, local_host, secret=secret)
+        self.plan = plan
 
     def receive(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
@@ -146,14 +159,19 @@ def broadcast_backend(resources) -> str:
 
 
 def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
-    """Form the group: the learner binds its address and a free port, then every member joins at once."""
+    """Form the group: the learner binds its address and a free port, then every member joins at
+    once. The run's secret, drawn here, reaches the members as call arguments (through Ray, not
+    the store): only they can write the store's entries (relay.signed_store)."""
     nodes = ray.get([learner.node_id.remote(), *[w.node_id.remote() for w in workers]])
     host, port, plan = ray.get(learner.listen_for_weight_group.remote(one_node=len(set(nodes)) == 1))
-    world = len(workers) + 1
+    world, secret = len(workers) + 1, secrets.token_bytes(SECRET_BYTES)
     ray.get(
         [
-            learner.join_weight_group.remote(host, port, world, backend, tag),
-            *[w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan) for i, w in enumerate(workers)],
+            learner.join_weight_group.remote(host, port, world, backend, tag, secret),
+            *[
+                w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan, secret)
+                for i, w in enumerate(workers)
+            ],
         ]
     )
 

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from relay.engines.base import as_tensor
+from relay.signed_store import SignedStore
 
 # A broadcast waits this long for a missing member before raising (a dead worker must not hang the run).
 TIMEOUT = datetime.timedelta(minutes=10)
@@ -158,9 +159,12 @@ class WeightGroup:
         tag: str,
         local_host: str,
         listen_socket: socket.socket | None = None,
+        *,
+        secret: bytes,
     ):
         """host:port is rank 0's store (rank 0 passes the socket it bound there); local_host is
-        this member's own address, where gloo listens for its peers."""
+        this member's own address, where gloo listens for its peers. `secret`: the run's, which
+        every member got through Ray; the store's entries are signed with it (relay.signed_store)."""
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         if rank == 0:  # the store serves on the socket we bound, so it listens where we chose
             store = dist.TCPStore(
@@ -176,7 +180,8 @@ class WeightGroup:
         else:
             store = dist.TCPStore(host, port, world_size, is_master=False, timeout=TIMEOUT)
         self._store = store  # rank 0's store must outlive the group
-        store = dist.PrefixStore(f"relay-weights/{tag}", store)
+        self._signed = SignedStore(store, secret)  # the C++ side holds it, this reference keeps its Python half alive
+        store = dist.PrefixStore(f"relay-weights/{tag}", self._signed)
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = TIMEOUT
