@@ -183,8 +183,9 @@ def train_step(
         with timer("update"):
             update_metrics = {}
             if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
-                updates = [actors.learner.update.remote(batch)] + (
-                    [actors.critic.update.remote(batch)] if actors.critic else []
+                batch_ref = ray.put(batch)  # pickled once for the learner and the critic
+                updates = [actors.learner.update.remote(batch_ref)] + (
+                    [actors.critic.update.remote(batch_ref)] if actors.critic else []
                 )
                 update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):

@@ -112,6 +112,8 @@ class WeightReceiver:
 
     def load_shared(self, version: int) -> float:
         """Copy `version` from the shared-memory buffer into the engine; returns the seconds it took."""
+        if self.shared is None:  # e.g. a restarted worker: the buffers' names are gone, it cannot map them
+            raise RuntimeError("this rollout worker has not mapped the learner's shared-memory weights")
         start = time.perf_counter()
         self.engine.update_weights(self.shared.read(version), version)
         self.shared.check(version)  # not overwritten while we copied
