@@ -13,14 +13,15 @@ import torch
 import torch.distributed as dist
 
 from relay.signed_store import ForgedStoreValue, SignedStore
-from relay.weight_transfer import BroadcastPlan, WeightGroup, listen
+from relay.weight_transfer import BroadcastPlan, BucketMac, ForgedBucket, WeightGroup, listen
 
 SECRET = b"this-run-secret-0123456789abcdef"
 
 
-def members(secrets_by_rank: dict[int, bytes], sent: dict[str, torch.Tensor]) -> dict:
+def members(secrets_by_rank: dict[int, bytes], sent: dict[str, torch.Tensor], bucket_secret: bytes | None = None):
     """Rank 0 sends `sent` to the others (threads of this process); each rank's received state
-    dict, or the error its join raised."""
+    dict, or the error its join or receive raised. `bucket_secret`: what rank 0 signs buckets with
+    (as if another process had put bytes on the wire), else the run's."""
     sock = listen("127.0.0.1")
     port, world, plan, out = sock.getsockname()[1], 1 + max(secrets_by_rank), BroadcastPlan.of(sent), {}
 
@@ -30,6 +31,8 @@ def members(secrets_by_rank: dict[int, bytes], sent: dict[str, torch.Tensor]) ->
                 "127.0.0.1", port, rank, world, "gloo", "t", "127.0.0.1", sock if rank == 0 else None, secret=secret
             )
             if rank == 0:
+                if bucket_secret is not None:
+                    group.bucket_mac = BucketMac(bucket_secret)
                 group.send(sent, plan)
             else:
                 out[rank] = {name: t.clone() for name, t in group.receive(plan)}
@@ -57,6 +60,11 @@ def test_members_with_the_secret_join_and_receive_bit_exact_weights():
     for rank in (1, 2):
         assert out[rank].keys() == sent.keys()
         assert all(out[rank][k].dtype == t.dtype and torch.equal(out[rank][k], t) for k, t in sent.items())
+
+
+def test_a_bucket_not_signed_with_the_secret_is_refused():
+    out = members({0: SECRET, 1: SECRET}, state_dict(), bucket_secret=b"not-this-run-secret-0123456789ab")
+    assert isinstance(out[1], ForgedBucket) and "bucket 0" in str(out[1])
 
 
 def test_a_member_with_a_wrong_secret_cannot_join():
