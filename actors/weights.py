@@ -188,8 +188,10 @@ def open_shared_memory(learner, workers: list, tag: str) -> list[bool]:
     handle = ray.get(learner.open_shared_weights.remote(tag))
     if handle is None:  # no room in /dev/shm: the object store for everyone
         return [False] * len(workers)
-    ray.get([w.attach_shared_weights.remote(handle) for w, on in zip(workers, same_node) if on])
-    ray.get(learner.unlink_shared_weights.remote())
+    try:
+        ray.get([w.attach_shared_weights.remote(handle) for w, on in zip(workers, same_node) if on])
+    finally:
+        ray.get(learner.unlink_shared_weights.remote())
     return same_node
 
 
