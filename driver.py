@@ -37,6 +37,7 @@ from relay.data import PromptIterator
 from relay.envs.scoring import neutralize_reward_errors
 from relay.failures import FailureWatch, RunFailed, step_failures
 from relay.loggers import make_loggers
+from relay.old_logprobs import driver_needs_old_logprobs
 from relay.progress import phase
 from relay.run import (
     PhaseTimer,
@@ -153,22 +154,22 @@ def train_step(
         final_rewards = (
             batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
         )
+        # Old logprobs: the learner finds them inside `update` unless a KL penalty in the reward needs them now.
+        kl_in_reward = driver_needs_old_logprobs(a, has_reference=actors.reference is not None)
         with timer("reference"):
-            old_logprobs = actors.learner.compute_logprobs.remote(batch)
+            old_logprobs = actors.learner.compute_logprobs.remote(batch) if kl_in_reward else None
             values = actors.critic.compute_values.remote(batch) if actors.critic else None
             if actors.reference is not None:
                 batch.ref_logprobs = ray.get(actors.reference.compute_logprobs.remote(batch))
-            batch.old_logprobs = ray.get(old_logprobs)
+            if old_logprobs is not None:
+                batch.old_logprobs = ray.get(old_logprobs)
             if values is not None:
                 batch.values = ray.get(values)
-        if actors.reference is not None:
+        if kl_in_reward:  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, a.kl_estimator)
             kl_mean = masked_mean(kl, batch.loss_mask).item()
-            if (
-                a.kl_in == "reward"
-            ):  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
-                batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
-                kl_ctl.update(kl_mean, n_steps=len(batch))
+            batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
+            kl_ctl.update(kl_mean, n_steps=len(batch))
         batch.advantages, batch.returns = compute_advantages(
             a.estimator,
             rewards=final_rewards,
@@ -182,8 +183,9 @@ def train_step(
         with timer("update"):
             update_metrics = {}
             if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
-                updates = [actors.learner.update.remote(batch)] + (
-                    [actors.critic.update.remote(batch)] if actors.critic else []
+                batch_ref = ray.put(batch)  # pickled once for the learner and the critic
+                updates = [actors.learner.update.remote(batch_ref)] + (
+                    [actors.critic.update.remote(batch_ref)] if actors.critic else []
                 )
                 update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
@@ -192,17 +194,16 @@ def train_step(
         keys.REWARD_MEAN: batch.rewards.mean().item(),
         keys.REWARD_STD: batch.rewards.std(correction=0).item(),
         "response/length_mean": batch.loss_mask.sum(1).mean().item(),
-        "rollout/logprob_diff_max": ((batch.rollout_logprobs - batch.old_logprobs).abs() * batch.loss_mask)
-        .max()
-        .item(),
         keys.WEIGHTS_VERSION: step + 1,
         keys.STALENESS: step - min(s.weight_version for s in samples),
         **sample_metrics,
-        **update_metrics,
+        **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
         **timer.seconds,
     }
     if actors.reference is not None:
-        metrics.update({keys.KL_MEAN: kl_mean, "kl/coef": kl_ctl.value})
+        metrics["kl/coef"] = kl_ctl.value
+    if kl_in_reward:
+        metrics[keys.KL_MEAN] = kl_mean
     watch.check(samples, metrics)  # raises RunFailed after too many steps in a row of nothing but failures
     return metrics
 

@@ -30,7 +30,9 @@ from relay.lora import (
 from relay.lr_schedule import make_lr_scheduler
 from relay.metric_keys import LEARNER_UPDATE_S
 from relay.models.loading import actor_device, load_model
+from relay.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
 from relay.policy import compute_logprobs, response_logprobs
+from relay.shared_weights import SharedWeightsHandle
 from relay.types import Batch
 from relay.update_loop import run_update
 from relay.weight_transfer import BroadcastPlan, WeightPayload
@@ -123,12 +125,16 @@ class Learner:
             return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated)."""
+        """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
+        Without old logprobs from the driver, finds them itself (relay/old_logprobs.py)."""
         start = time.perf_counter()
+        batch = batch.to(self.device)
+        if batch.old_logprobs is None and not on_policy(self.cfg.training):  # on-policy: _loss detaches its own
+            batch.old_logprobs = old_logprobs_before_update(self.model, batch, self.temperature, self.ranks.sharded)
         metrics = run_update(
             self.model,
             self.optimizer,
-            batch.to(self.device),
+            batch,
             self._loss,
             self.cfg.training,
             seed=self.cfg.run.seed,
@@ -137,7 +143,8 @@ class Learner:
             rank=self.ranks.rank,
             world_size=self.ranks.world_size,
         )
-        out = {f"actor/{k}": v for k, v in metrics.items()}
+        out = old_logprob_metrics(metrics)
+        out |= {f"actor/{k}": v for k, v in metrics.items()}
         out[LEARNER_UPDATE_S] = self.update_seconds = time.perf_counter() - start
         self.updates += 1
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
@@ -153,7 +160,7 @@ class Learner:
         a = self.cfg.algorithm
         mask = micro.loss_mask
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
-        old = micro.old_logprobs
+        old = logprobs.detach() if micro.old_logprobs is None else micro.old_logprobs
         is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
         loss, metrics = policy_loss(
             a.policy_loss,
@@ -167,7 +174,7 @@ class Learner:
             agg_mode=a.loss_agg,
             is_weights=is_weights,
         )
-        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics = {k: float(v) for k, v in metrics.items()} | old_logprob_stats(old, micro, a.kl_estimator)
         metrics["pg_loss"] = float(loss.detach())
         if a.kl_coef > 0 and a.kl_in == "loss":
             kl = aggregate(kl_penalty(logprobs, micro.ref_logprobs, a.kl_estimator), mask, a.loss_agg)
@@ -188,11 +195,20 @@ class Learner:
     def get_weights(self) -> WeightPayload | None:
         return self.weights_out.payload()
 
+    def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
+        return self.weights_out.open_shared(tag)
+
+    def publish_shared_weights(self, version: int) -> None:
+        self.weights_out.publish_shared(version)
+
+    def unlink_shared_weights(self) -> None:
+        self.weights_out.unlink_shared()
+
     def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         return self.weights_out.listen(one_node)
 
-    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
-        self.weights_out.join(host, port, world_size, backend, tag)
+    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        self.weights_out.join(host, port, world_size, backend, tag, secret)
 
     def broadcast_weights(self) -> None:
         self.weights_out.broadcast()

@@ -19,7 +19,7 @@ from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
-from actors.weights import broadcast_backend, open_broadcast, uses_broadcast
+from actors.weights import broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.fsdp import is_sharded
 from relay.progress import phase
@@ -235,6 +235,7 @@ class Actors:
     critic: object | None = None
     rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
+    shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
     placement_groups: list = field(default_factory=list)
 
     def by_role(self) -> dict[str, list]:
@@ -292,6 +293,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if uses_broadcast(res):
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True
+        else:
+            actors.shared_weights = open_shared_memory(actors.learner, actors.rollout, tag=run_name)
         yield actors
     finally:
         for handle in actors.handles():

@@ -73,7 +73,14 @@ class RankGroup:
         # weights out: every rank gathers full tensors, rank 0 sends them
         self.get_weights = _AllRanks(self, "get_weights")
         self.broadcast_weights = _AllRanks(self, "broadcast_weights")
-        for method in ("node_id", "listen_for_weight_group", "join_weight_group"):
+        self.publish_shared_weights = _AllRanks(self, "publish_shared_weights")
+        for method in (
+            "node_id",
+            "listen_for_weight_group",
+            "join_weight_group",
+            "open_shared_weights",
+            "unlink_shared_weights",
+        ):
             setattr(self, method, _RankZero(self, method))
 
     def join(self, backend: str) -> None:

@@ -22,6 +22,7 @@ from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
+from relay.shared_weights import SharedWeightsHandle
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
@@ -179,10 +180,27 @@ class RolloutWorker:
         self.weights_version = version
         return seconds
 
+    def attach_shared_weights(self, handle: SharedWeightsHandle) -> None:
+        self.weights_in.attach_shared(handle)
+
+    def load_shared_weights(self, written: None, version: int) -> float:
+        """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
+        seconds = self.weights_in.load_shared(version)
+        self.weights_version = version
+        return seconds
+
     def join_weight_group(
-        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        tag: str,
+        plan: BroadcastPlan,
+        secret: bytes,
     ) -> None:
-        self.weights_in.join(host, port, rank, world_size, backend, tag, plan)
+        self.weights_in.join(host, port, rank, world_size, backend, tag, plan, secret)
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""

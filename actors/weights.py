@@ -1,8 +1,11 @@
 """Weight sync learner -> rollout workers, chosen by placement (`resources.weight_sync`).
 
-object_store  The learner's state dict goes into Ray's object store once (relay.weight_transfer.
-              WeightPayload) and every worker loads it. Works everywhere: CPU, shared GPUs, any
-              mix of nodes. The default unless both roles hold whole GPUs.
+object_store  Workers on the learner's node map two shared-memory buffers once (relay.shared_weights);
+              at each sync the learner writes its weights there and they copy them out: no
+              pickling, no object-store put. Workers on other nodes (or every worker, when
+              /dev/shm lacks the room) get the state dict through Ray's object store, put once
+              (relay.weight_transfer.WeightPayload). Works everywhere: CPU, shared GPUs, any mix
+              of nodes. The default unless both roles hold whole GPUs.
 broadcast     One collective group (relay.weight_transfer.WeightGroup): the learner is rank 0,
               rollout worker i is rank i + 1. NCCL when both roles hold whole GPUs (separate GPU
               pools, GPU to GPU), gloo otherwise (CPU: the same code path, tested in CI). Each
@@ -14,6 +17,7 @@ The group's store listens on the learner's address only: loopback when every mem
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -21,6 +25,8 @@ from collections.abc import Callable
 import ray
 import torch
 
+from relay.shared_weights import SharedWeights, SharedWeightsHandle
+from relay.signed_store import SECRET_BYTES
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
 # -- actor side: objects the Learner (sender) and each RolloutWorker (receiver) hold ----------
@@ -43,6 +49,7 @@ class WeightSender:
         self.socket: socket.socket | None = None  # the group's store listens here (broadcast only)
         self.plan: BroadcastPlan | None = None
         self.group: WeightGroup | None = None
+        self.shared: SharedWeights | None = None  # the same-node buffers (object_store transport)
 
     def payload(self) -> WeightPayload | None:
         if self.peer:
@@ -50,14 +57,30 @@ class WeightSender:
             return None
         return WeightPayload.of(self.state_dict())
 
+    def open_shared(self, tag: str) -> SharedWeightsHandle | None:
+        """Create the shared-memory buffers; None where /dev/shm lacks the room."""
+        self.shared = SharedWeights.create(self.state_dict(), tag)
+        return self.shared.handle if self.shared else None
+
+    def publish_shared(self, version: int) -> None:
+        if self.peer:  # rank 0 writes; the others take part in gathering each full tensor
+            gather_as_peer(self.state_dict())
+            return
+        self.shared.write(self.state_dict(), version)
+
+    def unlink_shared(self) -> None:
+        self.shared.unlink()
+
     def listen(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
         self.socket = listen(host)
         self.plan = BroadcastPlan.of(self.state_dict())
         return host, self.socket.getsockname()[1], self.plan
 
-    def join(self, host: str, port: int, world_size: int, backend: str, tag: str) -> None:
-        self.group = WeightGroup(host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket)
+    def join(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        self.group = WeightGroup(
+            host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket, secret=secret
+        )
 
     def broadcast(self) -> None:
         if self.peer:
@@ -76,6 +99,7 @@ class WeightReceiver:
         self.engine = engine
         self.plan: BroadcastPlan | None = None
         self.group: WeightGroup | None = None
+        self.shared: SharedWeights | None = None
 
     def load(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
@@ -83,11 +107,32 @@ class WeightReceiver:
         self.engine.update_weights(weights.tensors(), version)
         return time.perf_counter() - start
 
+    def attach_shared(self, handle: SharedWeightsHandle) -> None:
+        self.shared = SharedWeights.attach(handle)
+
+    def load_shared(self, version: int) -> float:
+        """Copy `version` from the shared-memory buffer into the engine; returns the seconds it took."""
+        if self.shared is None:  # e.g. a restarted worker: the buffers' names are gone, it cannot map them
+            raise RuntimeError("this rollout worker has not mapped the learner's shared-memory weights")
+        start = time.perf_counter()
+        self.engine.update_weights(self.shared.read(version), version)
+        self.shared.check(version)  # not overwritten while we copied
+        return time.perf_counter() - start
+
     def join(
-        self, host: str, port: int, rank: int, world_size: int, backend: str, tag: str, plan: BroadcastPlan
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        tag: str,
+        plan: BroadcastPlan,
+        secret: bytes,
     ) -> None:
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
-        self.group, self.plan = WeightGroup(host, port, rank, world_size, backend, tag, local_host), plan
+        self.group = WeightGroup(host, port, rank, world_size, backend, tag, local_host, secret=secret)
+        self.plan = plan
 
     def receive(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
@@ -116,16 +161,38 @@ def broadcast_backend(resources) -> str:
 
 
 def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
-    """Form the group: the learner binds its address and a free port, then every member joins at once."""
+    """Form the group: the learner binds its address and a free port, then every member joins at
+    once. The run's secret, drawn here, reaches the members as call arguments (through Ray, not
+    the store): only they can write the store's entries (relay.signed_store)."""
     nodes = ray.get([learner.node_id.remote(), *[w.node_id.remote() for w in workers]])
     host, port, plan = ray.get(learner.listen_for_weight_group.remote(one_node=len(set(nodes)) == 1))
-    world = len(workers) + 1
+    world, secret = len(workers) + 1, secrets.token_bytes(SECRET_BYTES)
     ray.get(
         [
-            learner.join_weight_group.remote(host, port, world, backend, tag),
-            *[w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan) for i, w in enumerate(workers)],
+            learner.join_weight_group.remote(host, port, world, backend, tag, secret),
+            *[
+                w.join_weight_group.remote(host, port, i + 1, world, backend, tag, plan, secret)
+                for i, w in enumerate(workers)
+            ],
         ]
     )
+
+
+def open_shared_memory(learner, workers: list, tag: str) -> list[bool]:
+    """Map the learner's shared-memory buffers into every worker on its node, then unlink them
+    (nothing is left in /dev/shm however the run ends). Which workers read from them."""
+    nodes = ray.get([learner.node_id.remote(), *[w.node_id.remote() for w in workers]])
+    same_node = [node == nodes[0] for node in nodes[1:]]
+    if not any(same_node):
+        return same_node
+    handle = ray.get(learner.open_shared_weights.remote(tag))
+    if handle is None:  # no room in /dev/shm: the object store for everyone
+        return [False] * len(workers)
+    try:
+        ray.get([w.attach_shared_weights.remote(handle) for w, on in zip(workers, same_node) if on])
+    finally:
+        ray.get(learner.unlink_shared_weights.remote())
+    return same_node
 
 
 def sync_weights(actors, version: int) -> float:
@@ -134,7 +201,14 @@ def sync_weights(actors, version: int) -> float:
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
         ray.get([learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]])
-    else:  # put once (the learner's return value stays in the object store), every worker reads it
+        return time.perf_counter() - start
+    shared = actors.shared_weights or [False] * len(workers)
+    loads = []
+    if any(shared):  # the worker's load waits for the learner's write: the ref is its argument
+        written = learner.publish_shared_weights.remote(version)
+        loads += [w.load_shared_weights.remote(written, version) for w, on in zip(workers, shared) if on]
+    if not all(shared):  # put once (the learner's return value stays in the object store), each reads it
         weights = learner.get_weights.remote()
-        ray.get([w.update_weights.remote(weights, version) for w in workers])
+        loads += [w.update_weights.remote(weights, version) for w, on in zip(workers, shared) if not on]
+    ray.get(loads)
     return time.perf_counter() - start

@@ -1,12 +1,16 @@
-"""Weight-sync seconds learner -> rollout workers, object store vs collective broadcast.
+"""Weight-sync seconds learner -> rollout workers: shared memory, object store, collective broadcast.
 
     python benchmarks/weight_sync.py [--model tiny|qwen05b] [--workers 1 2] [--engine hf] [--repeats 5]
 
 Real actors (actors/pools.py): one Learner, N RolloutWorkers, the transport chosen by
 resources.weight_sync. One sync = actors/weights.py:sync_weights, end to end as the driver calls
-it: object store = learner.get_weights (state dict -> numpy, tied weights once) + put + every worker
-reads and loads; broadcast = the learner packs byte buckets and broadcasts them (gloo on CPU,
-NCCL between whole GPUs), every worker unpacks and loads. Median of --repeats after one warm-up.
+it: shared memory (resources.weight_sync=object_store, workers on the learner's node) = the learner
+copies its weights into a /dev/shm buffer the workers mapped at start, every worker copies them
+out; object store (the same setting for workers on other nodes; here forced for comparison) =
+learner.get_weights (state dict -> numpy, tied weights once) + put + every worker reads and loads;
+broadcast = the learner packs byte buckets and broadcasts them (gloo on CPU, NCCL between whole
+GPUs), every worker unpacks and loads. Median of --repeats after one warm-up, the shared-memory
+and object-store rows taking turns sync by sync so a busy machine slows them alike.
 "qwen05b" is a Qwen2.5-0.5B-shaped random model in bf16 (494M parameters, tied embeddings).
 """
 
@@ -26,6 +30,7 @@ from benchmarks.rollout_throughput import build_model  # noqa: E402
 
 
 def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str, repeats: int, gpus: float) -> dict:
+    """{row: result}; object_store gives two rows, shared memory and the object store itself."""
     import ray
 
     from actors.pools import actor_pools
@@ -45,15 +50,23 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
         state_bytes = ray.get(actors.learner.get_weights.remote()).nbytes
         peak_before = max(ray.get([w.peak_memory_mb.remote() for w in actors.rollout]))
         sync_weights(actors, version=1)  # warm-up (first broadcast also opens connections)
-        times = []
-        for version in range(2, 2 + repeats):
-            t0 = time.perf_counter()
-            sync_weights(actors, version=version)
-            times.append(time.perf_counter() - t0)
+        rows = {transport: actors.shared_weights}
+        if any(actors.shared_weights):
+            rows = {"shared_memory": actors.shared_weights, "object_store": [False] * workers}
+        times, version = {row: [] for row in rows}, 1
+        for _ in range(repeats):
+            for row, shared in rows.items():
+                actors.shared_weights, version = shared, version + 1
+                t0 = time.perf_counter()
+                sync_weights(actors, version=version)
+                times[row].append(time.perf_counter() - t0)
         versions = ray.get([w.weight_version.remote() for w in actors.rollout])
-        assert versions == [1 + repeats] * workers, versions
+        assert versions == [version] * workers, versions
         peak_growth = max(ray.get([w.peak_memory_mb.remote() for w in actors.rollout])) - peak_before
-    return {"seconds": statistics.median(times), "object_store_bytes": state_bytes, "peak_growth_mb": peak_growth}
+    return {
+        row: {"seconds": statistics.median(t), "object_store_bytes": state_bytes, "peak_growth_mb": peak_growth}
+        for row, t in times.items()
+    }
 
 
 def main() -> None:
@@ -75,28 +88,22 @@ def main() -> None:
         # Whole GPUs per actor where there are enough (NCCL); else none (gloo, CPU tensors).
         gpus = 1.0 if cuda >= workers + 1 else 0.0
         for transport in ("object_store", "broadcast"):
-            r = bench(model_path, dtype, a.engine, workers, transport, a.repeats, gpus)
-            rows.append(
-                (
-                    workers,
-                    transport,
-                    "nccl" if gpus and transport == "broadcast" else ("gloo" if transport == "broadcast" else "-"),
-                    r,
-                )
-            )
+            for row, r in bench(model_path, dtype, a.engine, workers, transport, a.repeats, gpus).items():
+                backend = "nccl" if gpus and row == "broadcast" else ("gloo" if row == "broadcast" else "-")
+                rows.append((workers, row, backend, r))
     device = f"{cuda} GPU(s): {torch.cuda.get_device_name()}" if cuda else f"CPU, {os.cpu_count()} cores"
     print(f"\nweight sync: model={a.model} ({dtype}), engine={a.engine}, median of {a.repeats}; {device}")
-    print(f"{'workers':>8} {'transport':<13}{'backend':<8}{'seconds':>9}{'state MB':>10}{'worker peak +MB':>16}")
+    print(f"{'workers':>8} {'transport':<15}{'backend':<8}{'seconds':>9}{'state MB':>10}{'worker peak +MB':>16}")
     for workers, transport, backend, r in rows:
         print(
-            f"{workers:>8} {transport:<13}{backend:<8}{r['seconds']:>9.3f}{r['object_store_bytes'] / 2**20:>10.1f}"
+            f"{workers:>8} {transport:<15}{backend:<8}{r['seconds']:>9.4f}{r['object_store_bytes'] / 2**20:>10.1f}"
             f"{r['peak_growth_mb']:>16.0f}"
         )
     print(
-        "state MB: the learner's state dict as both transports send it (raw dtype bytes, tied weights once); "
+        "state MB: the learner's state dict as every transport sends it (raw dtype bytes, tied weights once); "
         "worker peak +MB: how far the syncs raised a rollout worker's peak resident memory (the first write\n"
-        "into mmapped weights included; object store: also the pages of Ray's shared-memory store it read, "
-        "shared with other processes)"
+        "into mmapped weights included; object store and shared memory: also the shared pages it read, "
+        "shared with other processes; those two rows share one run, so one number)"
     )
     ray.shutdown()
 

@@ -185,9 +185,12 @@ def _micro_batches(share: Batch, training: TrainingConfig, world_size: int) -> l
 def _means(history: dict[str, list], world_size: int) -> dict[str, float]:
     """Each loss metric weighted by its micro-batch's share of the mini-batch (what the whole
     mini-batch's forward would report, however it is cut into micro-batches and ranks), averaged
-    over mini-batches; grad_norm and lr (the same on every rank) averaged over optimizer steps."""
+    over mini-batches; grad_norm and lr (the same on every rank) averaged over optimizer steps.
+    Metrics named `*_max` are the largest value and `*_sum` the total over every micro-batch and
+    rank (a maximum or a ratio of sums over the whole batch, which a weighted mean cannot give)."""
     per_step = ("grad_norm", "lr")
-    keys = sorted(k for k in history if k not in per_step)
+    totals = _totals(history, world_size)
+    keys = sorted(k for k in history if k not in per_step and k not in totals)
     sums = torch.tensor(
         [
             [
@@ -204,4 +207,22 @@ def _means(history: dict[str, list], world_size: int) -> dict[str, float]:
         dist.all_reduce(sums)
     # no loss tokens at all (every weight 0): the plain mean
     means = {k: float(vw / w if w else v / max(n, 1)) for k, (vw, w, v, n) in zip(keys, sums.tolist())}
-    return means | {k: float(np.mean(history[k])) for k in per_step if k in history}
+    return means | totals | {k: float(np.mean(history[k])) for k in per_step if k in history}
+
+
+def _totals(history: dict[str, list], world_size: int) -> dict[str, float]:
+    """The `*_max` and `*_sum` metrics over micro-batches and ranks (every rank has the same keys;
+    `*_max` metrics are magnitudes, so a rank without rows adds a 0)."""
+    found = {}
+    for suffix, op in (("_max", dist.ReduceOp.MAX), ("_sum", dist.ReduceOp.SUM)):
+        keys = sorted(k for k in history if k.endswith(suffix))
+        if not keys:
+            continue
+        values = [[v for v, _ in history[k]] for k in keys]
+        reduced = torch.tensor(
+            [max(v, default=0.0) if suffix == "_max" else sum(v) for v in values], dtype=torch.float64
+        )
+        if world_size > 1:
+            dist.all_reduce(reduced, op=op)
+        found |= dict(zip(keys, reduced.tolist()))
+    return found

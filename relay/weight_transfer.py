@@ -4,7 +4,9 @@ WeightPayload    numpy arrays for Ray's object store (read zero-copy by every wo
                  numpy lacks, as its raw 16-bit pattern; tied weights once.
 BroadcastPlan    where each tensor lies in a few byte buckets: tensors of any dtype travel in one
                  collective call per bucket; tied weights once.
-WeightGroup      that collective: a torch ProcessGroup (NCCL or gloo) built directly on a TCPStore,
+WeightGroup      that collective: a torch ProcessGroup (NCCL or gloo) built directly on a TCPStore
+                 whose entries are signed with the run's secret (relay.signed_store; gloo buckets
+                 carry an HMAC as well, BucketMac),
                  not through `torch.distributed.init_process_group`. No default group is taken: a
                  learner keeps it for its own data parallelism, a process may hold several groups,
                  and vLLM's IPC weight sender (which all-gathers over the default group when one
@@ -21,6 +23,8 @@ rank 0 sends or keeps them, the others call `gather_as_peer` and drop each one.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import socket
 from dataclasses import dataclass
 
@@ -30,6 +34,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from relay.engines.base import as_tensor
+from relay.signed_store import MAC_BYTES, SignedStore
 
 # A broadcast waits this long for a missing member before raising (a dead worker must not hang the run).
 TIMEOUT = datetime.timedelta(minutes=10)
@@ -114,7 +119,7 @@ class BroadcastPlan:
     aliases: dict[str, str]
 
     @classmethod
-    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: int = BUCKET_BYTES) -> BroadcastPlan:
+    def of(cls, state_dict: dict[str, torch.Tensor], bucket_limit: float = BUCKET_BYTES) -> BroadcastPlan:
         unique, aliases = unique_tensors(state_dict)
         buckets, sizes = [[]], [0]
         for name, t in unique.items():
@@ -125,6 +130,24 @@ class BroadcastPlan:
             buckets[-1].append(TensorSlot(name, t.dtype, tuple(t.shape), sizes[-1], nbytes))
             sizes[-1] += -(-nbytes // ALIGN) * ALIGN
         return cls(tuple(map(tuple, buckets)), tuple(sizes), aliases)
+
+
+@torch.no_grad()
+def pack(state_dict: dict[str, torch.Tensor], slots: tuple[TensorSlot, ...], buffer: torch.Tensor) -> None:
+    """Copy each slot's tensor (the full tensor of a DTensor) into its bytes of `buffer` (uint8)."""
+    for s in slots:
+        t = full(state_dict[s.name])
+        if t.dtype != s.dtype or tuple(t.shape) != s.shape:
+            raise ValueError(
+                f"weight transfer: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"
+            )
+        buffer[s.offset : s.offset + s.nbytes].copy_(t.contiguous().view(-1).view(torch.uint8))
+
+
+def unpack(buffer: torch.Tensor, slots: tuple[TensorSlot, ...]):
+    """(name, tensor) for each slot: views of `buffer` (uint8), no copies."""
+    for s in slots:
+        yield s.name, buffer[s.offset : s.offset + s.nbytes].view(s.dtype).view(s.shape)
 
 
 class WeightGroup:
@@ -140,10 +163,17 @@ class WeightGroup:
         tag: str,
         local_host: str,
         listen_socket: socket.socket | None = None,
+        *,
+        secret: bytes,
     ):
         """host:port is rank 0's store (rank 0 passes the socket it bound there); local_host is
-        this member's own address, where gloo listens for its peers."""
+        this member's own address, where gloo listens for its peers. `secret`: the run's, which
+        every member got through Ray; the store's entries are signed with it (relay.signed_store)."""
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        # gloo (CPU buckets, the transport between CPU nodes): each bucket ends in an HMAC of its bytes
+        # and its number, which receivers check, so data injected into a peer connection is refused.
+        # NCCL buckets stay on the GPU unsigned: hashing them would mean a copy to the host.
+        self.bucket_mac = BucketMac(secret) if backend == "gloo" else None
         if rank == 0:  # the store serves on the socket we bound, so it listens where we chose
             store = dist.TCPStore(
                 host,
@@ -158,7 +188,8 @@ class WeightGroup:
         else:
             store = dist.TCPStore(host, port, world_size, is_master=False, timeout=TIMEOUT)
         self._store = store  # rank 0's store must outlive the group
-        store = dist.PrefixStore(f"relay-weights/{tag}", store)
+        self._signed = SignedStore(store, secret)  # the C++ side holds it, this reference keeps its Python half alive
+        store = dist.PrefixStore(f"relay-weights/{tag}", self._signed)
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = TIMEOUT
@@ -177,14 +208,10 @@ class WeightGroup:
     @torch.no_grad()
     def send(self, state_dict: dict[str, torch.Tensor], plan: BroadcastPlan) -> None:
         for slots, size in zip(plan.buckets, plan.bucket_bytes):
-            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-            for s in slots:
-                t = full(state_dict[s.name])
-                if t.dtype != s.dtype or tuple(t.shape) != s.shape:
-                    raise ValueError(
-                        f"weight broadcast: {s.name} is {t.dtype} {tuple(t.shape)}, the plan says {s.dtype} {s.shape}"
-                    )
-                buffer[s.offset : s.offset + s.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+            buffer = torch.empty(size + (MAC_BYTES if self.bucket_mac else 0), dtype=torch.uint8, device=self.device)
+            pack(state_dict, slots, buffer)
+            if self.bucket_mac:
+                buffer[size:] = torch.frombuffer(bytearray(self.bucket_mac.next(buffer[:size])), dtype=torch.uint8)
             self._broadcast(buffer)
 
     def receive(self, plan: BroadcastPlan) -> ReceivedWeights:
@@ -210,17 +237,19 @@ class ReceivedWeights:
         for alias, name in self.plan.aliases.items():
             aliases_of.setdefault(name, []).append(alias)
         for slots in self.plan.buckets:
-            buffer = self._receive_next()
-            for s in slots:
-                t = buffer[s.offset : s.offset + s.nbytes].view(s.dtype).view(s.shape)
-                yield s.name, t
-                for alias in aliases_of.get(s.name, ()):
+            for name, t in unpack(self._receive_next(), slots):
+                yield name, t
+                for alias in aliases_of.get(name, ()):
                     yield alias, t
 
     def _receive_next(self) -> torch.Tensor:
-        buffer = torch.empty(self.plan.bucket_bytes[self._next_bucket], dtype=torch.uint8, device=self.group.device)
+        size, mac = self.plan.bucket_bytes[self._next_bucket], self.group.bucket_mac
+        buffer = torch.empty(size + (MAC_BYTES if mac else 0), dtype=torch.uint8, device=self.group.device)
         self._next_bucket += 1
         self.group._broadcast(buffer)
+        if mac is not None:
+            mac.check(buffer[:size], buffer[size:])
+            buffer = buffer[:size]
         if buffer.is_cuda:  # NCCL work is only queued; an engine may read it from another process (IPC)
             torch.cuda.current_stream(buffer.device).synchronize()
         return buffer
@@ -228,6 +257,33 @@ class ReceivedWeights:
     def drain(self) -> None:
         while self._next_bucket < len(self.plan.buckets):
             self._receive_next()
+
+
+class ForgedBucket(RuntimeError):
+    """A broadcast bucket whose HMAC does not match: not what the learner sent."""
+
+
+class BucketMac:
+    """HMAC-SHA256 of each bucket's bytes and its number in the group's sequence (sender and
+    receivers count alike, every member taking part in every bucket), under the run's secret: a
+    bucket replayed, reordered or written by another process fails the check."""
+
+    def __init__(self, secret: bytes):
+        self.secret, self.count = secret, 0
+
+    def next(self, data: torch.Tensor) -> bytes:
+        mac = hmac.new(self.secret, self.count.to_bytes(8, "big"), hashlib.sha256)
+        mac.update(data.numpy())
+        self.count += 1
+        return mac.digest()
+
+    def check(self, data: torch.Tensor, received: torch.Tensor) -> None:
+        number = self.count
+        if not hmac.compare_digest(self.next(data), received.numpy().tobytes()):
+            raise ForgedBucket(
+                f"weight broadcast: bucket {number} does not carry this run's signature: its bytes are not "
+                "what the learner sent; refusing to load them"
+            )
 
 
 def listen(host: str) -> socket.socket:

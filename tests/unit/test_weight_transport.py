@@ -9,6 +9,8 @@ import torch
 
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
+SECRET = b"relay-test-secret-0123456789abcdef"  # a run draws its own (actors/weights.py)
+
 
 def state_dict(seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
@@ -36,7 +38,7 @@ def test_plan_buckets_align_and_dedupe_tied_weights():
 
 
 def _receiver(rank: int, world: int, port: int, plan, queue) -> None:
-    group = WeightGroup("127.0.0.1", port, rank, world, "gloo", tag="test", local_host="127.0.0.1")
+    group = WeightGroup("127.0.0.1", port, rank, world, "gloo", tag="test", local_host="127.0.0.1", secret=SECRET)
     for round_ in range(3):
         stream = group.receive(plan)
         if round_ == 1:  # a consumer that stops after one tensor (an engine error): drain keeps the group in step
@@ -59,7 +61,9 @@ def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
     procs = [ctx.Process(target=_receiver, args=(rank, 3, port, plan, queue)) for rank in (1, 2)]
     for p in procs:
         p.start()
-    group = WeightGroup("127.0.0.1", port, 0, 3, "gloo", tag="test", local_host="127.0.0.1", listen_socket=sock)
+    group = WeightGroup(
+        "127.0.0.1", port, 0, 3, "gloo", tag="test", local_host="127.0.0.1", listen_socket=sock, secret=SECRET
+    )
     group.send(first, plan)
     group.send(state_dict(9), plan)  # read partly, then drained
     group.send(second, plan)  # the group is still in step
