@@ -87,12 +87,20 @@ def uses_tool_executors(cfg: Config) -> bool:
     return cfg.tools.enabled and cfg.tools.server_url is None
 
 
+def uses_env_pools(cfg: Config) -> bool:
+    """Environments, and rewards marked heavy (task.reward_actor), run on EnvPool actors; a plain
+    reward function runs inside the rollout worker that made the samples (no actor, no round trip)."""
+    return bool(cfg.task.env) or cfg.task.reward_actor
+
+
 def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     """The roles `cfg` makes actors for, in the order actor_pools creates them, each with its
     resources (`count` actors of it). The one place that says which roles a run has."""
     res = cfg.resources
     roles = {"tools": cfg.tools.executors} if uses_tool_executors(cfg) else {}
-    roles.update(env=res.env, rollout=res.rollout, learner=res.learner)
+    if uses_env_pools(cfg):
+        roles["env"] = res.env
+    roles.update(rollout=res.rollout, learner=res.learner)
     if cfg.algorithm.kl_coef > 0:  # the KL penalty needs reference logprobs
         roles["reference"] = res.reference
     if cfg.critic.enabled:
@@ -258,14 +266,15 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
-        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
+        if "env" in roles:
+            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(
             RolloutWorker,
             "rollout",
             res.rollout,
             run_name,
-            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools),
+            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
             groups,
         )
         actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
