@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+# torch.distributed.checkpoint is imported by the two functions that use it: it pulls in FSDP,
+# DTensor and sympy (seconds, ~40 MB), which every process importing the learner would pay.
 
 
 def _rank() -> int:
@@ -32,6 +33,9 @@ def _rank() -> int:
 def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict) -> None:
     """Every rank of the group calls this with the same folder: its shard of the model and the
     optimizer state, and `extra` (JSON-able) as rank_<r>.json. Returns when every rank is done."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     folder = Path(folder)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     dcp.save(
@@ -51,6 +55,9 @@ def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
 def load_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Read the model and optimizer state saved by save_shards (by any number of ranks) into this
     rank's shards; returns this rank's `extra` (rank 0's when the saving group was smaller)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     folder = Path(folder)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
