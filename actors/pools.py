@@ -163,9 +163,8 @@ def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, g
     enclosing = ray.util.get_current_placement_group()
     if enclosing is not None:
         pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)
-    else:
+    else:  # actors wait in Ray for their group to be placed: the roles start at once (actor_pools waits)
         pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
-        ray.get(pg.ready(), timeout=600)
         groups.append(pg)
         indices = list(range(res.count))
     remote_cls = ray.remote(cls)
@@ -287,6 +286,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.rollout_sleeps = colocated if sleep is None else sleep
         roles = ", ".join(f"{role} x{len(handles)}" for role, handles in actors.by_role().items())
         with phase(f"starting actors and loading the model ({roles})"):
+            ray.get([pg.ready() for pg in groups], timeout=600)  # every role placed (a GetTimeoutError if not)
             ray.get(
                 [h.__ray_ready__.remote() for h in actors.handles()]
             )  # constructors done: a failing one raises here
