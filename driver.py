@@ -72,29 +72,23 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     tools = {k: sum(m[k] for _, m in results) for k in keys.TOOL_COUNTS if k in results[0][1]}  # runs with tools
     return samples, {
         keys.TOKENS_PER_S: tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9),
+        keys.REWARD_S: max(m["rollout/reward_seconds"] for _, m in results),
         **per_worker,
         **agent,
         **tools,
     }
 
 
-def score(actors, samples) -> dict[str, float]:
-    """Rewards from the EnvPool that ran each sample's episode (its reward function gets the
-    episode's environment), written onto the samples; failed ones keep 0 and say why."""
-    pools = actors.env
-    by_pool = [[s for s in samples if s.meta.get("worker", 0) % len(pools) == i] for i in range(len(pools))]
-    results = ray.get([pool.score.remote(shard) for pool, shard in zip(pools, by_pool) if shard])
-    for shard, (rewards, errors, _) in zip([b for b in by_pool if b], results):
-        for sample, reward, error in zip(shard, rewards, errors):
-            sample.reward, sample.reward_error = reward, error
-    return {"reward/errors": sum(m["reward/errors"] for _, _, m in results), **step_failures(samples)}
+def score(samples) -> dict[str, float]:
+    """The rollout workers return their samples scored (the reward function in-process, or on the
+    EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures."""
+    return {"reward/errors": float(sum(s.reward_error is not None for s in samples)), **step_failures(samples)}
 
 
 def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
-    samples, _ = rollout(actors, rows, seed_round=0, greedy=True)
-    score(actors, samples)
+    samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
     return eval_metrics(cfg.task, [s.reward for s in samples])
 
 
@@ -110,7 +104,7 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
         tools = {
             k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
         }  # every try's calls
-        metrics.update(metrics_rollout, **tools, **score(actors, samples))
+        metrics.update(metrics_rollout, **tools, **score(samples))
         if a.overlong_buffer_len:  # DAPO soft overlong punishment
             lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
             for s, penalty in zip(

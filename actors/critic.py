@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 
 import torch
-import transformers
-from transformers import AutoModelForTokenClassification
 
 from actors.rank_group import RankMember
 from actors.weights import node_id
@@ -21,7 +19,7 @@ from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
 from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
 from relay.lr_schedule import make_lr_scheduler
-from relay.models.loading import DTYPES, actor_device
+from relay.models.loading import DTYPES, actor_device, import_transformers
 from relay.policy import response_values
 from relay.types import Batch
 from relay.update_loop import run_update
@@ -35,8 +33,9 @@ class Critic:
         torch.manual_seed(cfg.run.seed + 1)
         self.cfg = cfg
         c = cfg.critic
+        transformers = import_transformers()
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
-        self.model = AutoModelForTokenClassification.from_pretrained(
+        self.model = transformers.AutoModelForTokenClassification.from_pretrained(
             c.model_path or model_path,
             num_labels=1,
             dtype=DTYPES[master_dtype(cfg)],

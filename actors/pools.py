@@ -88,12 +88,20 @@ def uses_tool_executors(cfg: Config) -> bool:
     return cfg.tools.enabled and cfg.tools.server_url is None
 
 
+def uses_env_pools(cfg: Config) -> bool:
+    """Environments, and rewards marked heavy (task.reward_actor), run on EnvPool actors; a plain
+    reward function runs inside the rollout worker that made the samples (no actor, no round trip)."""
+    return bool(cfg.task.env) or cfg.task.reward_actor
+
+
 def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     """The roles `cfg` makes actors for, in the order actor_pools creates them, each with its
     resources (`count` actors of it). The one place that says which roles a run has."""
     res = cfg.resources
     roles = {"tools": cfg.tools.executors} if uses_tool_executors(cfg) else {}
-    roles.update(env=res.env, rollout=res.rollout, learner=res.learner)
+    if uses_env_pools(cfg):
+        roles["env"] = res.env
+    roles.update(rollout=res.rollout, learner=res.learner)
     if cfg.algorithm.kl_coef > 0 and not cfg.model.lora.rank:  # KL needs reference logprobs; LoRA: the learner's
         roles["reference"] = res.reference
     if cfg.critic.enabled:
@@ -156,9 +164,8 @@ def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, g
     enclosing = ray.util.get_current_placement_group()
     if enclosing is not None:
         pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)
-    else:
+    else:  # actors wait in Ray for their group to be placed: the roles start at once (actor_pools waits)
         pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
-        ray.get(pg.ready(), timeout=600)
         groups.append(pg)
         indices = list(range(res.count))
     remote_cls = ray.remote(cls)
@@ -261,14 +268,15 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
-        actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
+        if "env" in roles:
+            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(
             RolloutWorker,
             "rollout",
             res.rollout,
             run_name,
-            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)], tools),
+            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
             groups,
         )
         actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
@@ -283,6 +291,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.rollout_sleeps = colocated if sleep is None else sleep
         roles = ", ".join(f"{role} x{len(handles)}" for role, handles in actors.by_role().items())
         with phase(f"starting actors and loading the model ({roles})"):
+            ray.get([pg.ready() for pg in groups], timeout=600)  # every role placed (a GetTimeoutError if not)
             ray.get(
                 [h.__ray_ready__.remote() for h in actors.handles()]
             )  # constructors done: a failing one raises here

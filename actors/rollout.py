@@ -4,6 +4,9 @@ Single-turn tasks: the agent loop with no parser and no environment, one batched
 rollout.max_new_tokens. With tools.enabled or task.env: multi-turn episodes, whose tool calls run
 on the ToolExecutor actors (or the HTTP tool server at tools.server_url) and whose environment
 steps run on this worker's EnvPool actor.
+
+The samples leave scored: a plain reward function runs here, in-process; with an EnvPool (task.env,
+task.reward_actor) the worker has it score them, so the pool that ran an episode scores it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from relay.config import Config, resolve_dotted
 from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
+from relay.envs.scoring import Scorer
 from relay.shared_weights import SharedWeightsHandle
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
@@ -54,6 +58,8 @@ class RolloutWorker:
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
         self.agent = self._agent(env_pool, tool_executors or [])
+        self.env_pool = env_pool
+        self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
         r, tl = self.cfg.rollout, self.cfg.tools
@@ -146,18 +152,31 @@ class RolloutWorker:
             episode_prefix=f"w{self.index}-{self.episodes_started}",
         )
         seconds = time.perf_counter() - start
-        for s in samples:  # the driver scores each episode on the EnvPool this worker ran it with
+        for s in samples:
             s.meta["worker"] = self.index
+        reward_seconds = self.score(samples)
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {
             "rollout/tokens": tokens,
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
+            "rollout/reward_seconds": reward_seconds,
         }
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
+
+    def score(self, samples: list[Sample]) -> float:
+        """Write each sample's reward and reward error (None: it has a reward); returns the seconds it took."""
+        start = time.perf_counter()
+        if self.scorer is not None:
+            rewards, errors, _ = self.scorer.score(samples)
+        else:
+            rewards, errors, _ = ray.get(self.env_pool.score.remote(samples))
+        for sample, reward, error in zip(samples, rewards, errors):
+            sample.reward, sample.reward_error = reward, error
+        return time.perf_counter() - start
 
     def __repr__(self) -> str:
         last = "no rollout yet" if self.rollout_version is None else f"last rollout on v{self.rollout_version}"

@@ -1,5 +1,6 @@
-"""Step time split by phase, generated tokens/s, weight-sync seconds and peak memory per actor,
-for a config (default: the tiny CPU run). Prints a table; numbers, never assertions.
+"""Step time split by phase, generated tokens/s, weight-sync seconds and resident memory per
+process (the driver, each actor by role, Ray's own processes: benchmarks/process_memory.py), for
+a config (default: the tiny CPU run). Prints tables; numbers, never assertions.
 
     python benchmarks/step_time.py [--config configs/default.yaml] [--steps 10] [key=value ...]
 """
@@ -17,32 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
+from benchmarks.process_memory import memory_table, run_memory  # noqa: E402
 from relay.config import load_config  # noqa: E402
 
-RELAY_ACTORS = {"RolloutWorker", "Learner", "Reference", "Critic", "EnvPool", "ToolExecutor"}
-PHASES = ("rollout", "reward", "reference", "update", "sync", "step")
-
-
-def peak_rss_mb(pid: int) -> float:
-    """VmHWM: the process's peak resident memory (actors run on this machine in a local run)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def actor_peak_memory() -> dict[str, float]:
-    """Ray titles actor processes `ray::<Class>...`; read each one's peak RSS (no dashboard needed)."""
-    found: dict[str, float] = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
-            name = title[5:].split(".")[0].split(":")[0] if title.startswith("ray::") else ""
-            if name in RELAY_ACTORS:
-                found[f"{name} (pid {proc.name})"] = peak_rss_mb(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return found
+PHASES = ("rollout", "reward", "reference", "update", "sync", "step")  # reward: inside rollout
 
 
 def main() -> None:
@@ -62,12 +41,12 @@ def main() -> None:
             *args.overrides,
         ],
     )
-    history, memory = [], {}
+    history, memory = [], []
 
     def report(step: int, metrics: dict) -> None:
         history.append(metrics)
         if step == args.steps:  # actors are alive until train() returns
-            memory.update(actor_peak_memory())
+            memory.extend(run_memory())
 
     driver.train(cfg, report=report)
     steady = history[1:] or history  # step 1 pays one-off warm-up costs
@@ -82,8 +61,7 @@ def main() -> None:
     print(f"generated tokens/s (rollout phase): {statistics.median(m['rollout/tokens_per_s'] for m in steady):,.0f}")
     print(f"weight-sync seconds: {statistics.median(m['time/sync_s'] for m in steady):.4f}")
     print(f"end-to-end samples/s: {cfg.training.prompts_per_step * cfg.rollout.n / step_s:,.1f}")
-    print("peak memory per actor (MB): " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(memory.items())))
-    print(f"driver peak memory (MB): {peak_rss_mb(__import__('os').getpid()):,.0f}")
+    print(f"\nmemory after the last step (a local Ray: its processes descend from this one)\n{memory_table(memory)}")
     ray.shutdown()
 
 

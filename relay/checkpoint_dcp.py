@@ -21,20 +21,18 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-# Frozen parameters (a LoRA model's base, relay/lora.py) are not saved: they are model.path's.
-OPTIONS = StateDictOptions(ignore_frozen_params=True)
-# Not strict: the frozen parameters stay as loaded. dcp.load has already required every trained
-# tensor of the model from the checkpoint.
-LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+# torch.distributed.checkpoint is imported by the functions that use it: it pulls in FSDP,
+# DTensor and sympy (seconds, ~40 MB), which every process importing the learner would pay.
 
 
 def _trained_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-    """get_state_dict without frozen parameters; ignore_frozen_params alone keeps the second name of
-    a tied frozen weight (lm_head.weight tied to the embeddings)."""
-    model_state, optimizer_state = get_state_dict(model, optimizer, options=OPTIONS)
+    """get_state_dict without frozen parameters (a LoRA model's base, relay/lora.py: model.path
+    holds them); ignore_frozen_params alone keeps the second name of a tied frozen weight
+    (lm_head.weight tied to the embeddings)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
     frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
     return {k: v for k, v in model_state.items() if k not in frozen}, optimizer_state
 
@@ -46,6 +44,8 @@ def _rank() -> int:
 def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict) -> None:
     """Every rank of the group calls this with the same folder: its shard of the model and the
     optimizer state, and `extra` (JSON-able) as rank_<r>.json. Returns when every rank is done."""
+    import torch.distributed.checkpoint as dcp
+
     folder = Path(folder)
     model_state, optimizer_state = _trained_state(model, optimizer)
     dcp.save(
@@ -65,12 +65,17 @@ def save_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.opt
 def load_shards(folder: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Read the model and optimizer state saved by save_shards (by any number of ranks) into this
     rank's shards; returns this rank's `extra` (rank 0's when the saving group was smaller)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
     folder = Path(folder)
     model_state, optimizer_state = _trained_state(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
+    # Not strict: frozen parameters stay as loaded; dcp.load has already required every trained tensor.
+    keep_frozen = StateDictOptions(ignore_frozen_params=True, strict=False)
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=LOAD_OPTIONS
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=keep_frozen
     )
     path = folder / f"rank_{_rank()}.json"
     return json.loads((path if path.is_file() else folder / "rank_0.json").read_text(encoding="utf-8"))

@@ -23,7 +23,6 @@ import torch.distributed as dist
 import torch.utils.checkpoint
 from safetensors.torch import save_file
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from relay.config import Config, TrainingConfig
 from relay.types import Batch
@@ -97,6 +96,10 @@ def shard_model(model: torch.nn.Module, training: TrainingConfig, device: torch.
     master weights kept in fp32 (load the model in fp32). cpu_offload: shards, gradients and
     optimizer state live on the host between uses (GPU ranks only).
     """
+    # Imported here: torch.distributed.fsdp takes seconds and ~40 MB (sympy, torch.fx), which an
+    # unsharded learner and the driver, both importing this module, would pay for nothing.
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     options = {"mesh": mesh}
     if training.mixed_precision == "bf16":

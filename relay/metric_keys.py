@@ -24,5 +24,6 @@ TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, tim
 TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
 STEP_S = phase_seconds("step")
 ROLLOUT_S = phase_seconds("rollout")
+REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers inside the rollout phase: the slowest's
 SYNC_S = phase_seconds("sync")
 LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; phase_seconds("update") is the driver's

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where a Batch is built or sliced: processes that only pass Samples
+    import torch  # (an EnvPool scoring with a reward function) never pay its seconds and memory
 
 
 class FinishReason(enum.StrEnum):
@@ -90,6 +91,8 @@ class Batch:
 
     @property
     def input_ids(self) -> torch.Tensor:
+        import torch
+
         return torch.cat([self.prompts, self.responses], dim=1)
 
     @property
@@ -101,6 +104,8 @@ class Batch:
 
     def select(self, idx: torch.Tensor | list[int]) -> Batch:
         """Rows idx of every tensor."""
+        import torch
+
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.prompts.device)
         return self._map(lambda t: t.index_select(0, idx))
 
@@ -114,6 +119,8 @@ class Batch:
 
     @classmethod
     def from_samples(cls, samples: list[Sample], pad_id: int) -> Batch:
+        import torch
+
         B = len(samples)
         P = max(len(s.prompt_ids) for s in samples)
         R = max(1, max(len(s.response_ids) for s in samples))

@@ -26,12 +26,12 @@ import datetime
 import hashlib
 import hmac
 import socket
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from relay.engines.base import as_tensor
 from relay.signed_store import MAC_BYTES, SignedStore
@@ -47,7 +47,7 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     storage under several names (lm_head.weight and embed_tokens.weight): sent once."""
     unique, aliases, first_name = {}, {}, {}
     for name, t in state_dict.items():
-        if isinstance(t, DTensor):  # a shard (maybe empty on this rank): tied names hold the same parameter
+        if is_dtensor(t):  # a shard (maybe empty on this rank): tied names hold the same parameter
             key = ("dtensor", id(t))
         else:
             key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
@@ -61,7 +61,14 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
 
 def full(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor: all-gathered from every rank for a DTensor (a collective), else itself."""
-    return t.full_tensor().detach() if isinstance(t, DTensor) else t.detach()
+    return t.full_tensor().detach() if is_dtensor(t) else t.detach()
+
+
+def is_dtensor(t: torch.Tensor) -> bool:
+    """Whether `t` is an FSDP2 shard. torch.distributed.tensor costs seconds to import (sympy,
+    torch.fx); a process that never imported it (nothing sharded there) holds no DTensor."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 def gather_as_peer(state_dict: dict[str, torch.Tensor], plan: BroadcastPlan | None = None) -> None:

@@ -74,6 +74,10 @@ class TaskConfig:
     env: str | None = None  # dotted path to an Environment class (multi-turn)
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
+    # Where rewards are computed: false, in the rollout worker that made the samples (no EnvPool actors
+    # without task.env); true, on EnvPool actors even without task.env: a heavy reward function (large
+    # imports, a model of its own) then holds its memory once per pool, not once per rollout worker.
+    reward_actor: bool = False
     system_prompt: str | None = None
     # How prompts become tokens: chat (the tokenizer's chat template), raw (the prompt text as is, with
     # the tokenizer's own special tokens: for base models), auto (chat when the tokenizer has a template).

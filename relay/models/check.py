@@ -4,6 +4,7 @@ ConfigError line naming the key, not an actor's traceback minutes later."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from relay.config import ConfigError
@@ -33,8 +34,21 @@ def check_model_source(
             missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)})")
         if missing:
             raise ConfigError([f"{key}: the folder {path} is missing {'; '.join(missing)}"])
-    if model:
+    if model and not (folder.exists() and _known_local_config(folder)):
         _load_config(path, key, trust_remote_code)
+
+
+def _known_local_config(folder: Path) -> bool:
+    """Whether the folder's config.json names a model type transformers knows. Reading it as JSON
+    spares the driver AutoConfig.from_pretrained, which imports the model's code (seconds, ~170 MB);
+    anything else (custom code, no model_type, bad JSON) gets AutoConfig's own verdict."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "auto_map" not in config and config.get("model_type") in CONFIG_MAPPING_NAMES
 
 
 def _load_config(path: str, key: str, trust_remote_code: bool) -> None:

@@ -170,6 +170,9 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
         assert metrics[keys.TOOL_ERRORS] == sum(not c["ok"] for c in calls)
         # the learner's own update time has its own key, inside the driver's update phase
         assert 0 < metrics[keys.LEARNER_UPDATE_S] <= metrics[keys.phase_seconds("update")]
+        # every phase's time, the reward's included: the rollout workers score inside the rollout phase
+        assert all(keys.phase_seconds(p) in metrics for p in ("step", "rollout", "reference", "update", "sync"))
+        assert 0 < metrics[keys.REWARD_S] <= metrics[keys.ROLLOUT_S]
     assert sum(m[keys.TOOL_CALLS] for m in reported) > 0
 
 

@@ -99,6 +99,7 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
             "resources.learner.node_resource=learner_node",
             "resources.learner.gpus=1",
             "resources.rollout.node_resource=rollout_node",
+            "task.reward_actor=true",  # an EnvPool role, with no node label
         ],
     )
     summary = driver.train(cfg)

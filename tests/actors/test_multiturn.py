@@ -97,9 +97,9 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
         assert sum(
             metrics[f"agent/finish_{r}"] for r in ("stop", "length", "max_turns", "budget", "env_error")
         ) == pytest.approx(1.0)
-        # the environment scored every answered episode; the EnvPool sums its rewards
-        rewards, errors, m = ray.get(env.score.remote(samples))
-        assert m["reward/errors"] == 0 and errors == [None] * len(samples) and all(r in (0.0, 1.0) for r in rewards)
+        # the worker had its EnvPool score every episode (the reward sums the environment's rewards)
+        rewards, errors = [s.reward for s in samples], [s.reward_error for s in samples]
+        assert errors == [None] * len(samples) and all(r in (0.0, 1.0) for r in rewards)
         for s, r in zip(samples, rewards):
             assert r == sum(s.meta["env"]["rewards"])
         # greedy evaluation goes through the same loop
@@ -164,7 +164,7 @@ def test_textgame_env_episodes_with_per_turn_rewards():
             assert sum(s.token_rewards.values()) == pytest.approx(sum(env_rewards))
             assert set(s.token_rewards) <= {end - 1 for _, end in s.turn_spans}
             assert s.finish_reason in ("stop", "max_turns", "length", "budget")
-        rewards, errors, _ = ray.get(env.score.remote(samples))
+        rewards, errors = [s.reward for s in samples], [s.reward_error for s in samples]  # scored on the EnvPool
         assert rewards == [pytest.approx(sum(s.meta["env"]["rewards"])) for s in samples] and not any(errors)
     finally:
         stop(worker, env, groups=groups)

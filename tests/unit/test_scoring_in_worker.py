@@ -1,0 +1,34 @@
+"""Scoring where the samples are: a plain reward function runs inside the rollout worker (no
+EnvPool actor, no round trip); environments and task.reward_actor keep their EnvPool. The worker
+is built in process here, as a plain class."""
+
+import driver
+from actors.pools import actor_bundles, actor_roles
+from actors.rollout import RolloutWorker
+from relay.config import load_config
+from relay.envs.arithmetic import arithmetic_reward, make_rows
+
+
+def test_only_environments_and_heavy_rewards_get_env_pool_actors():
+    assert "env" not in actor_roles(load_config(None, []))
+    assert list(actor_roles(load_config(None, ["task.reward_actor=true"]))) == ["env", "rollout", "learner"]
+    assert "env" in actor_roles(load_config("configs/textgame.yaml", []))
+    # a Tune trial reserves exactly the bundles of the actors the run makes
+    assert len(actor_bundles(load_config(None, []))) == 2
+
+
+def test_the_worker_returns_its_samples_scored(tiny_model_path):
+    worker = RolloutWorker(load_config(None, ["rollout.n=2"]), tiny_model_path, worker_index=0, num_threads=1)
+    samples, metrics = worker.rollout(make_rows(3, 0, 2), step=0, first_group_id=0)
+    assert len(samples) == 6 and metrics["rollout/reward_seconds"] >= 0
+    assert [s.reward for s in samples] == [arithmetic_reward(s) for s in samples]
+    assert all(s.reward_error is None for s in samples)
+    assert driver.score(samples) == {"reward/errors": 0.0, "env/errors": 0.0}
+
+
+def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path):
+    cfg = load_config(None, ["rollout.n=4", "task.reward_fn=tests.e2e.user_rewards:always_nan"])
+    worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1)
+    samples, _ = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
+    assert all(s.reward == 0.0 and "reward is nan" in s.reward_error for s in samples)
+    assert driver.score(samples)["reward/errors"] == 8.0
