@@ -11,6 +11,7 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted, resolve_dotted
+from relay.config.reward_model import validate_reward_model
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -161,6 +162,7 @@ def validate(cfg: Config) -> list[str]:
             f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
         )
     p += validate_tools(cfg)
+    p += validate_reward_model(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")
