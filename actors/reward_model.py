@@ -63,6 +63,10 @@ class RewardModelPool:
         errors: list[str | None] = [None] * len(samples)
         for i, (shard_scores, shard_errors) in enumerate(results):
             scores[i::k], errors[i::k] = shard_scores, shard_errors
+        return {**self.apply(samples, scores, errors), "rm/seconds": time.perf_counter() - start}
+
+    def apply(self, samples: list[Sample], scores: list[float | None], errors: list[str | None]) -> dict[str, float]:
+        """Normalise the scores, write each sample's combined reward (or reward error); the metrics."""
         valid = [j for j, s in enumerate(scores) if s is not None]
         used = list(scores)
         if self.norm is not None and valid:
@@ -80,7 +84,7 @@ class RewardModelPool:
             for s, reward, error in zip(scored, rewards, reward_errors):
                 s.reward, s.reward_error = reward, error
         return {
-            **score_metrics(scores, sum(e is not None for e in errors), time.perf_counter() - start),
+            **score_metrics(scores, sum(e is not None for e in errors)),
             "reward/errors": float(sum(s.reward_error is not None for s in samples)),  # the rule's and the RM's
         }
 

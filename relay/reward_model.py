@@ -137,9 +137,9 @@ def combine(rule_reward: float, rm_score: float, rule_weight: float, weight: flo
     return rule_weight * rule_reward + weight * rm_score
 
 
-def score_metrics(scores: list[float | None], errors: int, seconds: float) -> dict[str, float]:
-    """rm/score_mean and rm/score_std over the samples that have a score, rm/errors, rm/seconds."""
+def score_metrics(scores: list[float | None], errors: int) -> dict[str, float]:
+    """rm/score_mean and rm/score_std over the samples that have a score (before normalisation), rm/errors."""
     valid = [s for s in scores if s is not None]
     mean = math.fsum(valid) / len(valid) if valid else float("nan")
     std = math.sqrt(math.fsum((s - mean) ** 2 for s in valid) / len(valid)) if valid else float("nan")
-    return {"rm/score_mean": mean, "rm/score_std": std, "rm/errors": float(errors), "rm/seconds": seconds}
+    return {"rm/score_mean": mean, "rm/score_std": std, "rm/errors": float(errors)}
