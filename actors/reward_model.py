@@ -16,7 +16,7 @@ import ray
 import torch
 
 from relay.config import Config, resolve_dotted
-from relay.config.reward_model import takes_rm_score
+from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
 from relay.reward_model import RunningMeanStd, combine, score_metrics

@@ -11,7 +11,6 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted, resolve_dotted
-from relay.config.reward_model import validate_reward_model
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -25,6 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.validate_reward_model import validate_reward_model
 
 
 def validate(cfg: Config) -> list[str]:

@@ -2,13 +2,19 @@
 
 The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); the
 exact-answer rule labels each answer right or wrong; a sequence classifier with one label,
-started from the tiny policy's own weights (a fresh score head), learns to tell them apart with a
-logistic loss on its logit. The tiny policy's mistakes are mostly a dropped ones carry
-(17+25 -> 32), so the reward model has to learn carrying to score well. It reads each answer
-exactly as a RewardModel actor does: the conversation rendered with its own chat template.
+started from the tiny policy's own weights (a fresh score head), learns to score the right
+answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
+The tiny policy's mistakes are mostly a dropped ones carry (17+25 -> 32), so the reward model
+has to learn carrying. It reads each answer exactly as a RewardModel actor does: the
+conversation rendered with its own chat template.
 
-Writes relay/models/shipped/tiny-rm and its manifest entry, with the model's accuracy on answers
-to held-out prompts. One thread and fixed seeds: the same machine rebuilds the same bits.
+A logistic loss on right/wrong labels instead stalled at the base rate here (loss 0.67 after 500
+steps): "is this a carry problem" explains most of the labels, and the answer's tens digit was
+never looked at. Pairs from one prompt leave only the answer to tell them apart.
+
+Writes relay/models/shipped/tiny-rm and its manifest entry, with the share of (right, wrong)
+answer pairs to held-out prompts it orders right. One thread and fixed seeds: the same machine
+rebuilds the same bits.
 """
 
 from __future__ import annotations
@@ -32,12 +38,12 @@ from relay.types import Sample
 
 RECIPE = {
     "seed": 0,
-    "train_prompts": 2000,  # x answers_per_prompt sampled answers, deduplicated per prompt
+    "train_prompts": 4000,  # x answers_per_prompt sampled answers, deduplicated per prompt
     "answers_per_prompt": 8,
-    "eval_prompts": 256,
-    "steps": 1500,
-    "batch": 64,
-    "lr": 1e-3,
+    "eval_prompts": 512,
+    "steps": 600,
+    "pairs_per_step": 32,
+    "lr": 3e-4,
     "digits": 2,
     "max_new_tokens": 6,
 }
@@ -107,20 +113,49 @@ def logits(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask).logits[:, 0]
 
 
+def pairs_of(samples: list[Sample], labels: list[float]) -> list[tuple[int, int]]:
+    """(right, wrong) index pairs of answers to the same prompt."""
+    by_prompt: dict[str, tuple[list[int], list[int]]] = {}
+    for i, (s, label) in enumerate(zip(samples, labels)):
+        right, wrong = by_prompt.setdefault(s.meta["messages"][-1]["content"], ([], []))
+        (right if label > 0.5 else wrong).append(i)
+    return [(r, w) for right, wrong in by_prompt.values() for r in right for w in wrong]
+
+
 @torch.no_grad()
-def accuracy(model, rows: list[list[int]], labels: list[float], pad_id: int) -> dict[str, float]:
-    """Share of answers the sign of the logit classifies right, per class and in all."""
+def scores_of(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
     model.eval()
-    scores = torch.cat([logits(model, rows[i : i + 256], pad_id) for i in range(0, len(rows), 256)])
-    truth = torch.tensor(labels) > 0.5
-    guess = scores > 0
-    return {
-        "accuracy": (guess == truth).float().mean().item(),
-        "accuracy_on_right_answers": (guess[truth]).float().mean().item(),
-        "accuracy_on_wrong_answers": (~guess[~truth]).float().mean().item(),
-        "right_share": truth.float().mean().item(),
-        "answers": len(labels),
-    }
+    return torch.cat([logits(model, rows[i : i + 256], pad_id) for i in range(0, len(rows), 256)])
+
+
+def pair_accuracy(scores: torch.Tensor, pairs: list[tuple[int, int]]) -> float:
+    """Share of (right, wrong) answer pairs to one prompt that the reward model orders right."""
+    right, wrong = torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs])
+    return (scores[right] > scores[wrong]).float().mean().item()
+
+
+def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: int, log=None) -> None:
+    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt.
+    Only the order within a prompt is taught, which is all a GRPO group baseline reads."""
+    r = RECIPE
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=r["lr"], total_steps=r["steps"], pct_start=0.05)
+    rng = random.Random(r["seed"])
+    order: list[tuple[int, int]] = []
+    for step in range(r["steps"]):
+        model.train()
+        if len(order) < r["pairs_per_step"]:
+            order += rng.sample(pairs, len(pairs))
+        chunk, order = order[: r["pairs_per_step"]], order[r["pairs_per_step"] :]
+        out = logits(model, [rows[i] for pair in chunk for i in pair], pad_id).view(-1, 2)
+        loss = -torch.nn.functional.logsigmoid(out[:, 0] - out[:, 1]).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if log is not None and (step + 1) % 100 == 0:
+            log(step + 1, loss.item())
 
 
 def build(out: Path) -> dict:
@@ -138,48 +173,36 @@ def build(out: Path) -> dict:
     train_samples, train_labels = labelled(train_pairs)
     eval_samples, eval_labels = labelled(eval_pairs)
     train_rows, eval_rows = encode(tokenizer, train_samples), encode(tokenizer, eval_samples)
-    print(f"build_rm: {len(train_rows)} distinct training answers, {sum(train_labels):.0f} right", flush=True)
+    pairs, held_out_pairs = pairs_of(train_samples, train_labels), pairs_of(eval_samples, eval_labels)
+    print(f"build_rm: {len(train_rows)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
 
     torch.manual_seed(r["seed"])
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)  # a fresh score head
     model.config.pad_token_id = tokenizer.pad_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=r["lr"], total_steps=r["steps"], pct_start=0.05)
-    rng = random.Random(r["seed"])
-    order: list[int] = []
-    model.train()
-    for step in range(r["steps"]):
-        if len(order) < r["batch"]:
-            order += rng.sample(range(len(train_rows)), len(train_rows))
-        idx, order = order[: r["batch"]], order[r["batch"] :]
-        target = torch.tensor([train_labels[i] for i in idx])
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits(model, [train_rows[i] for i in idx], tokenizer.pad_token_id), target
-        )
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        if (step + 1) % 250 == 0:
-            print(f"build_rm: step {step + 1}/{r['steps']} loss {loss.item():.4f}", flush=True)
+
+    def log(step: int, loss: float) -> None:
+        acc = pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs)
+        print(f"build_rm: step {step}/{r['steps']} loss {loss:.4f} held-out pair accuracy {acc:.3f}", flush=True)
+
+    train(model, train_rows, pairs, tokenizer.pad_token_id, log)
     model.eval()
-    held_out = accuracy(model, eval_rows, eval_labels, tokenizer.pad_token_id)
-    files = save_folder(model, tokenizer, out / RM_NAME)
-    entry = {
-        "recipe": {"builder": "relay.models.build_rm", "base": BASE, **r},
-        "files": files,
-        "held_out": held_out,
-        "train_accuracy": accuracy(model, train_rows[:2048], train_labels[:2048], tokenizer.pad_token_id)["accuracy"],
+    held_out = {
+        "pair_accuracy": pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs),
+        "pairs": len(held_out_pairs),
+        "answers": len(eval_rows),
     }
-    record(out, RM_NAME, entry)
+    files = save_folder(model, tokenizer, out / RM_NAME)
+    record(
+        out,
+        RM_NAME,
+        {"recipe": {"builder": "relay.models.build_rm", "base": BASE, **r}, "files": files, "held_out": held_out},
+    )
     print(
-        f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out answers "
-        f"{held_out['answers']} ({held_out['right_share']:.2f} right): accuracy {held_out['accuracy']:.3f} "
-        f"(right answers {held_out['accuracy_on_right_answers']:.3f}, wrong {held_out['accuracy_on_wrong_answers']:.3f})",
+        f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out: orders "
+        f"{held_out['pair_accuracy']:.3f} of {held_out['pairs']} (right, wrong) answer pairs right",
         flush=True,
     )
-    return entry
+    return held_out
 
 
 def main(argv: list[str] | None = None) -> int:

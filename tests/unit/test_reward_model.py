@@ -152,3 +152,10 @@ def test_a_reward_function_taking_rm_score_combines_it_itself():
         s.reward = reward_caller(rule_plus_half_rm)(s, None)  # the rule pass: rm_score is None
     p.apply(samples, [1.0, 4.0], [None, None])
     assert [s.reward for s in samples] == [1.5, 2.0]  # the function's value; reward_model.weight plays no part
+
+
+def test_the_config_names_every_built_in_verdict_parser():
+    from relay.config.reward_model import VERDICT_PARSERS as NAMES
+    from relay.reward_model import VERDICT_PARSERS
+
+    assert set(NAMES) == set(VERDICT_PARSERS)
