@@ -86,6 +86,8 @@ class RewardModelPool:
         return {
             **score_metrics(scores, sum(e is not None for e in errors)),
             "reward/errors": float(sum(s.reward_error is not None for s in samples)),  # the rule's and the RM's
+            # the rule's mean on the same samples: a score that rises while this does not is reward hacking
+            "rm/rule_reward_mean": sum(s.meta["rule_reward"] for s in samples) / len(samples),
         }
 
     def _fail(self, sample: Sample, why: str) -> None:

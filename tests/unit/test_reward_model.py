@@ -120,6 +120,7 @@ def test_weights_combine_the_rule_reward_and_the_score():
     assert [s.reward for s in samples] == [2.0, -1.0]
     assert [s.meta["rule_reward"] for s in samples] == [1.0, 0.0] and samples[1].meta["rm_score"] == -2.0
     assert metrics["rm/score_mean"] == 0.0 and metrics["rm/errors"] == 0 and metrics["reward/errors"] == 0
+    assert metrics["rm/rule_reward_mean"] == 0.5
 
 
 def test_rule_weight_zero_trains_on_the_reward_model_alone():
