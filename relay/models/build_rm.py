@@ -1,6 +1,7 @@
 """Build the shipped reward model for the built-in arithmetic task: `python -m relay.models.build_rm`.
 
-The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); the
+The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); each
+prompt's right answer and the wrong answers next to it (NEIGHBOURS) join them; the
 exact-answer rule labels each answer right or wrong; a sequence classifier with one label,
 started from the tiny policy's own weights (a fresh score head), learns to score the right
 answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
@@ -38,7 +39,7 @@ from relay.types import Sample
 
 RECIPE = {
     "seed": 0,
-    "train_prompts": 4000,  # x answers_per_prompt sampled answers, deduplicated per prompt
+    "train_prompts": 2000,  # x answers_per_prompt sampled answers, deduplicated per prompt
     "answers_per_prompt": 8,
     "eval_prompts": 512,
     "steps": 600,
@@ -47,6 +48,13 @@ RECIPE = {
     "digits": 2,
     "max_new_tokens": 6,
 }
+# Wrong answers next to the right one, added to the policy's own answers. Trained on the policy's
+# answers alone, the reward model learned "one more carry is better" (its wrong answers were all
+# a carry short) and GRPO against it drove held-out accuracy from 0.53 to 0.07 in 60 steps, the
+# policy answering 26+89 with 116 and 80+12 with 114. A carry too few and a carry too many, both
+# wrong, close that door. (Off by 1 and 100 as well made the task too hard for the budget: after
+# 400 steps the model ordered 0.65 of the policy's own answer pairs right, against 0.92 without.)
+NEIGHBOURS = (-10, 10)
 TRAIN_SEED = 3_000_017  # prompts neither the tiny model's warm start nor any held-out set uses
 
 
@@ -92,6 +100,18 @@ def as_sample(row: dict, answer: str) -> Sample:
 def encode(tokenizer, samples: list[Sample]) -> list[list[int]]:
     texts = [tokenizer.apply_chat_template(conversation(s), tokenize=False) for s in samples]
     return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def with_neighbours(pairs: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+    """`pairs` plus, for each prompt, its right answer and the wrong ones next to it (NEIGHBOURS)."""
+    rows = {row["prompt"]: row for row, _ in pairs}.values()
+    extra = [
+        (row, str(int(row["ground_truth"]) + d))
+        for row in rows
+        for d in (0, *NEIGHBOURS)
+        if int(row["ground_truth"]) + d >= 0
+    ]
+    return pairs + extra
 
 
 def labelled(pairs: list[tuple[dict, str]]) -> tuple[list[Sample], list[float]]:
@@ -170,10 +190,13 @@ def build(out: Path) -> dict:
     eval_pairs = sample_answers(
         policy, tokenizer, make_rows(r["eval_prompts"], HELD_OUT_SEED, r["digits"]), r["answers_per_prompt"], 1
     )
-    train_samples, train_labels = labelled(train_pairs)
-    eval_samples, eval_labels = labelled(eval_pairs)
+    train_samples, train_labels = labelled(with_neighbours(train_pairs))
+    eval_samples, eval_labels = labelled(eval_pairs)  # the policy's own answers: what RL shows the RM
+    near_samples, near_labels = labelled(with_neighbours(eval_pairs))
     train_rows, eval_rows = encode(tokenizer, train_samples), encode(tokenizer, eval_samples)
+    near_rows = encode(tokenizer, near_samples)
     pairs, held_out_pairs = pairs_of(train_samples, train_labels), pairs_of(eval_samples, eval_labels)
+    near_pairs = pairs_of(near_samples, near_labels)
     print(f"build_rm: {len(train_rows)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
 
     torch.manual_seed(r["seed"])
@@ -190,6 +213,8 @@ def build(out: Path) -> dict:
         "pair_accuracy": pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs),
         "pairs": len(held_out_pairs),
         "answers": len(eval_rows),
+        "pair_accuracy_with_neighbours": pair_accuracy(scores_of(model, near_rows, tokenizer.pad_token_id), near_pairs),
+        "pairs_with_neighbours": len(near_pairs),
     }
     files = save_folder(model, tokenizer, out / RM_NAME)
     record(
@@ -199,7 +224,8 @@ def build(out: Path) -> dict:
     )
     print(
         f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out: orders "
-        f"{held_out['pair_accuracy']:.3f} of {held_out['pairs']} (right, wrong) answer pairs right",
+        f"{held_out['pair_accuracy']:.3f} of {held_out['pairs']} (right, wrong) pairs of policy answers right, "
+        f"{held_out['pair_accuracy_with_neighbours']:.3f} of {held_out['pairs_with_neighbours']} with neighbours",
         flush=True,
     )
     return held_out
