@@ -160,3 +160,9 @@ def test_the_config_names_every_built_in_verdict_parser():
     from relay.reward_model import VERDICT_PARSERS
 
     assert set(NAMES) == set(VERDICT_PARSERS)
+
+
+def test_reward_model_actor_repr_even_when_its_init_failed():
+    from actors.reward_model import RewardModel
+
+    assert repr(object.__new__(RewardModel)) == "RewardModel(reward_model-0, 0 samples scored, 0 errors)"
