@@ -19,6 +19,7 @@ import torch
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
+from actors.reward_model import score_with_reward_model
 from actors.weights import sync_weights
 from relay import metric_keys as keys
 from relay.algos import (
@@ -104,7 +105,8 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
         tools = {
             k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
         }  # every try's calls
-        metrics.update(metrics_rollout, **tools, **score(samples))
+        metrics.update(score_with_reward_model(actors, samples))  # reward_model.*: RM scores into the rewards
+        metrics.update(metrics_rollout, **tools, **score(samples))  # counts rule and RM failures alike
         if a.overlong_buffer_len:  # DAPO soft overlong punishment
             lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
             for s, penalty in zip(

@@ -17,11 +17,13 @@ from actors.feasibility import check_feasible
 from actors.learner import Learner, Reference
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
+from actors.reward_model import RewardModel, RewardModelPool
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from actors.weights import broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.fsdp import is_sharded
+from relay.models.check import reward_model_path
 from relay.progress import phase
 
 NAMESPACE = "relay"
@@ -106,6 +108,8 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
         roles["reference"] = res.reference
     if cfg.critic.enabled:
         roles["critic"] = res.critic
+    if cfg.reward_model.path is not None:
+        roles["reward_model"] = res.reward_model
     return roles
 
 
@@ -240,6 +244,7 @@ class Actors:
     reference: object | None
     tools: list = field(default_factory=list)  # ToolExecutors (tools.enabled without tools.server_url)
     critic: object | None = None
+    reward_model: RewardModelPool | None = None  # reward_model.path: RewardModel actors (actors/reward_model.py)
     rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
@@ -253,6 +258,7 @@ class Actors:
             "env": self.env,
             "rollout": self.rollout,
             **{r: h.ranks if isinstance(h, RankGroup) else [h] for r, h in single.items() if h is not None},
+            "reward_model": self.reward_model.handles if self.reward_model else [],
         }
         return {role: handles for role, handles in roles.items() if handles}
 
@@ -286,6 +292,12 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             actors.reference = LearnerAsReference(actors.learner)
         if "critic" in roles:
             actors.critic = create_role(Critic, "critic", cfg, res.critic, run_name, model_path, groups)
+        if "reward_model" in roles:
+            rm_path, rm = reward_model_path(cfg.reward_model.path), res.reward_model
+            handles = create_group(
+                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(rm)), groups
+            )
+            actors.reward_model = RewardModelPool(cfg, handles)
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep

@@ -88,6 +88,7 @@ class _Episode:
     group_id: int
     max_total_tokens: int
     prompt_ids: list[int] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)  # the prompt as messages (reward models re-render them)
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -199,11 +200,12 @@ class AgentLoop:
 
     def _start(self, episodes: list[_Episode]) -> None:
         if self.env_reset is None:
-            by_row: dict[int, list[int]] = {}  # the n episodes of a row share its prompt (rendered once)
+            by_row: dict[int, tuple[list[dict], list[int]]] = {}  # the n episodes of a row share its prompt
             for e in episodes:
                 if e.group_id not in by_row:
-                    by_row[e.group_id] = self.format.prompt_ids(row_messages(e.row, self.system_prompt))
-                e.prompt_ids = by_row[e.group_id]
+                    messages = row_messages(e.row, self.system_prompt)
+                    by_row[e.group_id] = messages, self.format.prompt_ids(messages)
+                e.messages, e.prompt_ids = by_row[e.group_id]
             return
         results = self.env_reset([e.id for e in episodes], [e.row for e in episodes])
         if len(results) != len(episodes):
@@ -213,7 +215,7 @@ class AgentLoop:
             messages = ([{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": r.observation}
             ]
-            e.prompt_ids = self.format.prompt_ids(messages)
+            e.messages, e.prompt_ids = messages, self.format.prompt_ids(messages)
             e.env_first_observation = r.observation
             if r.error is not None:
                 e.finish, e.env_error = FinishReason.ENV_ERROR, r.error
@@ -327,6 +329,7 @@ class AgentLoop:
         tool_errors = sum(not c["ok"] for c in e.tool_calls)
         meta = {
             "episode_id": e.id,
+            "messages": e.messages,
             "agent": {
                 "turns": e.turns,
                 "tool_calls": sum(c["name"] is not None for c in e.tool_calls),

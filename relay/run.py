@@ -14,7 +14,7 @@ from relay.data import load_rows
 from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.metric_keys import phase_seconds
-from relay.models.check import check_model_source
+from relay.models.check import check_model_source, check_reward_model
 
 
 def run_folder(cfg: Config, resume: bool) -> Path:
@@ -80,6 +80,8 @@ def resolve_model_path(cfg: Config) -> str:
         check_model_source(cfg.model.tokenizer_path, "model.tokenizer_path", model=False)
     if cfg.critic.enabled and cfg.critic.model_path is not None:
         check_model_source(cfg.critic.model_path, "critic.model_path", cfg.model.trust_remote_code, tokenizer=False)
+    if cfg.reward_model.path is not None:
+        check_reward_model(cfg.reward_model)  # a sequence classifier (kind=classifier) with a chat template
     return path
 
 

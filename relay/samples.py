@@ -85,6 +85,12 @@ def render_episode(sample: Sample, decode, step: int, index: int, total: int) ->
             lines += [f"{SECTION} {OBSERVATION} · {len(ids)} tokens {SECTION}", decode(ids)]
     lines.append(f"{SECTION} {RESULT} {SECTION}")
     lines.append(f"reward {sample.reward:.6g} · finish {finish} · ground truth {_json(sample.ground_truth)}")
+    if "rm_score" in sample.meta:  # reward_model.*: the parts of the reward, to spot reward hacking
+        rm_score = sample.meta["rm_score"]
+        lines.append(
+            f"reward model score {'none' if rm_score is None else f'{rm_score:.6g}'} · "
+            f"rule reward {sample.meta.get('rule_reward', 0.0):.6g}"
+        )
     env = sample.meta.get("env") or {}
     if env:
         lines.append(

@@ -9,6 +9,7 @@ problem at once, each with its key path, before any actor starts.
 
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.load import load_config, save_resolved
+from relay.config.reward_model import JudgeConfig, RewardModelConfig
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -50,9 +51,11 @@ __all__ = [
     "Config",
     "ConfigError",
     "CriticConfig",
+    "JudgeConfig",
     "LoggingConfig",
     "ModelConfig",
     "ResourcesConfig",
+    "RewardModelConfig",
     "RoleResources",
     "RolloutConfig",
     "RunConfig",

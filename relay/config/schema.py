@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.reward_model import RewardModelConfig
+
 
 class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
@@ -270,6 +272,7 @@ class ResourcesConfig:
     reference: RoleResources = RoleResources(count=1, cpus=0.5)
     critic: RoleResources = RoleResources(count=1, cpus=0.5)
     env: RoleResources = RoleResources(count=1, cpus=0.25)
+    reward_model: RoleResources = RoleResources(count=1, cpus=0.5)  # only with reward_model.path
     ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
     dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own
     # Learner -> rollout weights (actors/weights.py): object_store (CPU, any placement), broadcast
@@ -327,6 +330,7 @@ class Config:
     algorithm: AlgorithmConfig = AlgorithmConfig()
     training: TrainingConfig = TrainingConfig()
     critic: CriticConfig = CriticConfig()
+    reward_model: RewardModelConfig = RewardModelConfig()
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -24,6 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.validate_reward_model import validate_reward_model
 
 
 def validate(cfg: Config) -> list[str]:
@@ -162,6 +163,7 @@ def validate(cfg: Config) -> list[str]:
             f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
         )
     p += validate_tools(cfg)
+    p += validate_reward_model(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")

@@ -26,6 +26,9 @@ from typing import Any
 from relay.types import Sample
 
 SAMPLE_PARAM_NAMES = ("sample", "s")
+# A reward function with a parameter of this name combines the reward model's score itself
+# (reward_model.*): it is passed by keyword, None where no reward model scored the sample.
+RM_SCORE_PARAM = "rm_score"
 
 
 @dataclass
@@ -96,7 +99,11 @@ class Trajectory:
 def _positional(fn: Callable) -> tuple[list[str], int, bool]:
     """Positional parameter names, how many are required, and whether *args is there."""
     sig = inspect.signature(fn)
-    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != RM_SCORE_PARAM
+    ]
     required = sum(p.default is p.empty for p in params)
     return [p.name for p in params], required, any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
 
@@ -116,18 +123,29 @@ def check_reward_fn(fn: Any) -> str | None:
     return None
 
 
+def wants_rm_score(fn: Callable) -> bool:
+    """Whether fn has an `rm_score` parameter (it gets the reward model's score by keyword)."""
+    try:
+        return RM_SCORE_PARAM in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def reward_caller(fn: Callable) -> Callable[[Sample, Any], Any]:
-    """fn as a function of (sample, environment), whatever form the user wrote it in."""
+    """fn as a function of (sample, environment), whatever form the user wrote it in. One with an
+    `rm_score` parameter gets sample.meta["rm_score"] (None where no reward model scored it)."""
     try:
         names, _, varargs = _positional(fn)
     except (TypeError, ValueError):
         names, varargs = [], True
     wants_sample = bool(names) and names[0] in SAMPLE_PARAM_NAMES
     takes_env = varargs or len(names) >= 2
+    rm_score = wants_rm_score(fn)
 
     def call(sample: Sample, environment: Any) -> Any:
         first = sample if wants_sample else Trajectory.from_sample(sample)
-        return fn(first, environment) if takes_env else fn(first)
+        extra = {RM_SCORE_PARAM: sample.meta.get(RM_SCORE_PARAM)} if rm_score else {}
+        return fn(first, environment, **extra) if takes_env else fn(first, **extra)
 
     return call
 

@@ -74,3 +74,49 @@ def _load_config(path: str, key: str, trust_remote_code: bool) -> None:
         else:
             reason = f"cannot load its config ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]})"
         raise ConfigError([f"{key}: {path}: {reason}"]) from None
+
+
+def reward_model_path(path: str) -> str:
+    """The folder (or hub name) reward_model.path names: `tiny-rm` is the classifier shipped in the
+    repository (its files verified against the manifest); a local path is expanded."""
+    from relay.models.shipped import RM_NAME, shipped_model
+
+    if path == RM_NAME:
+        return str(shipped_model(RM_NAME))
+    local = Path(path).expanduser()
+    return str(local) if local.exists() else path
+
+
+def check_reward_model(rm) -> str:
+    """reward_model.path is a model of its kind with a chat template (the RM re-renders every
+    sample's messages with it); returns the path to load. Raises ConfigError, one line per problem."""
+    path = reward_model_path(rm.path)
+    check_model_source(path, "reward_model.path", rm.trust_remote_code)
+    from transformers import AutoConfig, AutoTokenizer
+
+    problems = []
+    if rm.kind == "classifier":
+        config = AutoConfig.from_pretrained(path, trust_remote_code=rm.trust_remote_code)
+        archs = list(getattr(config, "architectures", None) or [])
+        if not any(a.endswith("ForSequenceClassification") for a in archs):
+            problems.append(
+                f"reward_model.path: {path} is not a sequence classifier (config.json architectures: {archs or 'none'}); "
+                "kind=classifier needs an AutoModelForSequenceClassification with one label (or set reward_model.kind=judge)"
+            )
+        elif config.num_labels != 1:
+            problems.append(
+                f"reward_model.path: {path} is a sequence classifier with {config.num_labels} labels; "
+                "a reward model has one (its logit is the score)"
+            )
+    try:
+        template = AutoTokenizer.from_pretrained(path, trust_remote_code=rm.trust_remote_code).chat_template
+    except (OSError, ValueError) as e:
+        raise ConfigError([f"reward_model.path: {path}: cannot load its tokenizer ({type(e).__name__}: {e})"]) from None
+    if not template:
+        problems.append(
+            f"reward_model.path: {path}: its tokenizer has no chat template; the reward model reads each sample "
+            "re-rendered from its messages with its own template (add one to tokenizer_config.json or chat_template.jinja)"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return path

@@ -21,6 +21,9 @@ BASE = "tiny"
 # The warm starts of the base on the built-in agent tasks: shipped name -> environment class.
 TASK_MODELS = {"tiny-math_tool": "relay.envs.math_tool:MathToolEnv", "tiny-textgame": "relay.envs.textgame:TextGameEnv"}
 REBUILD = "python -m relay.models.build --all"
+# The reward model for the built-in arithmetic task (reward_model.path: tiny-rm), built from the
+# tiny model by `python -m relay.models.build_rm`.
+RM_NAME = "tiny-rm"
 
 
 def file_sha256(path: Path) -> str:

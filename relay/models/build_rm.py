@@ -1,0 +1,244 @@
+"""Build the shipped reward model for the built-in arithmetic task: `python -m relay.models.build_rm`.
+
+The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); each
+prompt's right answer and the wrong answers next to it (NEIGHBOURS) join them; the
+exact-answer rule labels each answer right or wrong; a sequence classifier with one label,
+started from the tiny policy's own weights (a fresh score head), learns to score the right
+answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
+The tiny policy's mistakes are mostly a dropped ones carry (17+25 -> 32), so the reward model
+has to learn carrying. It reads each answer exactly as a RewardModel actor does: the
+conversation rendered with its own chat template.
+
+A logistic loss on right/wrong labels instead stalled at the base rate here (loss 0.67 after 500
+steps): "is this a carry problem" explains most of the labels, and the answer's tens digit was
+never looked at. Pairs from one prompt leave only the answer to tell them apart.
+
+Writes relay/models/shipped/tiny-rm and its manifest entry, with the share of (right, wrong)
+answer pairs to held-out prompts it orders right. One thread and fixed seeds: the same machine
+rebuilds the same bits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from relay.envs.arithmetic import arithmetic_reward, make_rows
+from relay.models.build import HELD_OUT_SEED, record, save_folder
+from relay.models.loading import load_tokenizer
+from relay.models.shipped import BASE, RM_NAME, SHIPPED_DIR, shipped_model
+from relay.models.tiny import encode_chat
+from relay.reward_model import conversation
+from relay.types import Sample
+
+RECIPE = {
+    "seed": 0,
+    "train_prompts": 2000,  # x answers_per_prompt sampled answers, deduplicated per prompt
+    "answers_per_prompt": 8,
+    "eval_prompts": 512,
+    "steps": 600,
+    "pairs_per_step": 32,
+    "lr": 3e-4,
+    "digits": 2,
+    "max_new_tokens": 6,
+}
+# Wrong answers next to the right one, added to the policy's own answers. Trained on the policy's
+# answers alone, the reward model learned "one more carry is better" (its wrong answers were all
+# a carry short) and GRPO against it drove held-out accuracy from 0.53 to 0.07 in 60 steps, the
+# policy answering 26+89 with 116 and 80+12 with 114. A carry too few and a carry too many, both
+# wrong, close that door. (Off by 1 and 100 as well made the task too hard for the budget: after
+# 400 steps the model ordered 0.65 of the policy's own answer pairs right, against 0.92 without.)
+NEIGHBOURS = (-10, 10)
+TRAIN_SEED = 3_000_017  # prompts neither the tiny model's warm start nor any held-out set uses
+
+
+@torch.no_grad()
+def sample_answers(policy, tokenizer, rows: list[dict], n: int, seed: int) -> list[tuple[dict, str]]:
+    """n sampled answers per row at temperature 1, decoded as a rollout decodes them."""
+    torch.manual_seed(seed)
+    out = []
+    for start in range(0, len(rows), 128):
+        chunk = rows[start : start + 128]
+        prompts = [encode_chat(tokenizer, r["prompt"]) for r in chunk]
+        width = max(map(len, prompts))
+        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+        gen = policy.generate(
+            input_ids=ids,
+            attention_mask=(ids != tokenizer.pad_token_id).long(),
+            max_new_tokens=RECIPE["max_new_tokens"],
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            num_return_sequences=n,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        texts = tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
+        out += [(chunk[i // n], text) for i, text in enumerate(texts)]
+    return out
+
+
+def as_sample(row: dict, answer: str) -> Sample:
+    """What a rollout of the single-turn arithmetic task hands a reward model."""
+    messages = [{"role": "user", "content": row["prompt"]}]
+    return Sample(
+        prompt_ids=[],
+        response_text=answer,
+        final_text=answer,
+        ground_truth=row["ground_truth"],
+        meta={"messages": messages},
+    )
+
+
+def encode(tokenizer, samples: list[Sample]) -> list[list[int]]:
+    texts = [tokenizer.apply_chat_template(conversation(s), tokenize=False) for s in samples]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def with_neighbours(pairs: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+    """`pairs` plus, for each prompt, its right answer and the wrong ones next to it (NEIGHBOURS)."""
+    rows = {row["prompt"]: row for row, _ in pairs}.values()
+    extra = [
+        (row, str(int(row["ground_truth"]) + d))
+        for row in rows
+        for d in (0, *NEIGHBOURS)
+        if int(row["ground_truth"]) + d >= 0
+    ]
+    return pairs + extra
+
+
+def labelled(pairs: list[tuple[dict, str]]) -> tuple[list[Sample], list[float]]:
+    seen, samples, labels = set(), [], []
+    for row, answer in pairs:
+        if (row["prompt"], answer) in seen:
+            continue
+        seen.add((row["prompt"], answer))
+        s = as_sample(row, answer)
+        samples.append(s)
+        labels.append(arithmetic_reward(s))
+    return samples, labels
+
+
+def logits(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    return model(input_ids=ids, attention_mask=mask).logits[:, 0]
+
+
+def pairs_of(samples: list[Sample], labels: list[float]) -> list[tuple[int, int]]:
+    """(right, wrong) index pairs of answers to the same prompt."""
+    by_prompt: dict[str, tuple[list[int], list[int]]] = {}
+    for i, (s, label) in enumerate(zip(samples, labels)):
+        right, wrong = by_prompt.setdefault(s.meta["messages"][-1]["content"], ([], []))
+        (right if label > 0.5 else wrong).append(i)
+    return [(r, w) for right, wrong in by_prompt.values() for r in right for w in wrong]
+
+
+@torch.no_grad()
+def scores_of(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    model.eval()
+    return torch.cat([logits(model, rows[i : i + 256], pad_id) for i in range(0, len(rows), 256)])
+
+
+def pair_accuracy(scores: torch.Tensor, pairs: list[tuple[int, int]]) -> float:
+    """Share of (right, wrong) answer pairs to one prompt that the reward model orders right."""
+    right, wrong = torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs])
+    return (scores[right] > scores[wrong]).float().mean().item()
+
+
+def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: int, log=None) -> None:
+    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt.
+    Only the order within a prompt is taught, which is all a GRPO group baseline reads."""
+    r = RECIPE
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=r["lr"], total_steps=r["steps"], pct_start=0.05)
+    rng = random.Random(r["seed"])
+    order: list[tuple[int, int]] = []
+    for step in range(r["steps"]):
+        model.train()
+        if len(order) < r["pairs_per_step"]:
+            order += rng.sample(pairs, len(pairs))
+        chunk, order = order[: r["pairs_per_step"]], order[r["pairs_per_step"] :]
+        out = logits(model, [rows[i] for pair in chunk for i in pair], pad_id).view(-1, 2)
+        loss = -torch.nn.functional.logsigmoid(out[:, 0] - out[:, 1]).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if log is not None and (step + 1) % 100 == 0:
+            log(step + 1, loss.item())
+
+
+def build(out: Path) -> dict:
+    start = time.perf_counter()
+    r = RECIPE
+    base = shipped_model(BASE)
+    tokenizer = load_tokenizer(str(base))
+    policy = AutoModelForCausalLM.from_pretrained(base).eval()
+    train_pairs = sample_answers(
+        policy, tokenizer, make_rows(r["train_prompts"], TRAIN_SEED, r["digits"]), r["answers_per_prompt"], r["seed"]
+    )
+    eval_pairs = sample_answers(
+        policy, tokenizer, make_rows(r["eval_prompts"], HELD_OUT_SEED, r["digits"]), r["answers_per_prompt"], 1
+    )
+    train_samples, train_labels = labelled(with_neighbours(train_pairs))
+    eval_samples, eval_labels = labelled(eval_pairs)  # the policy's own answers: what RL shows the RM
+    near_samples, near_labels = labelled(with_neighbours(eval_pairs))
+    train_rows, eval_rows = encode(tokenizer, train_samples), encode(tokenizer, eval_samples)
+    near_rows = encode(tokenizer, near_samples)
+    pairs, held_out_pairs = pairs_of(train_samples, train_labels), pairs_of(eval_samples, eval_labels)
+    near_pairs = pairs_of(near_samples, near_labels)
+    print(f"build_rm: {len(train_rows)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
+
+    torch.manual_seed(r["seed"])
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)  # a fresh score head
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+    def log(step: int, loss: float) -> None:
+        acc = pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs)
+        print(f"build_rm: step {step}/{r['steps']} loss {loss:.4f} held-out pair accuracy {acc:.3f}", flush=True)
+
+    train(model, train_rows, pairs, tokenizer.pad_token_id, log)
+    model.eval()
+    held_out = {
+        "pair_accuracy": pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs),
+        "pairs": len(held_out_pairs),
+        "answers": len(eval_rows),
+        "pair_accuracy_with_neighbours": pair_accuracy(scores_of(model, near_rows, tokenizer.pad_token_id), near_pairs),
+        "pairs_with_neighbours": len(near_pairs),
+    }
+    files = save_folder(model, tokenizer, out / RM_NAME)
+    record(
+        out,
+        RM_NAME,
+        {"recipe": {"builder": "relay.models.build_rm", "base": BASE, **r}, "files": files, "held_out": held_out},
+    )
+    print(
+        f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out: orders "
+        f"{held_out['pair_accuracy']:.3f} of {held_out['pairs']} (right, wrong) pairs of policy answers right, "
+        f"{held_out['pair_accuracy_with_neighbours']:.3f} of {held_out['pairs_with_neighbours']} with neighbours",
+        flush=True,
+    )
+    return held_out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help=f"folder to write (default: {SHIPPED_DIR})")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # one reduction order: rebuilds on one machine are bit-identical
+    build(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
