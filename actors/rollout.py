@@ -8,6 +8,7 @@ steps run on this worker's EnvPool actor.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.supervision import Call, Supervisor
 from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
@@ -48,6 +50,9 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
+        # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
+        self.life = f".p{os.getpid()}" if ray.get_runtime_context().was_current_actor_reconstructed else ""
+        self.faults = Supervisor(cfg.resources.call_timeout_s)  # deadlines on env and tool calls
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
@@ -73,10 +78,13 @@ class RolloutWorker:
         if self.cfg.task.env:
             if env_pool is None:
                 raise ValueError("task.env is set but this rollout worker was given no EnvPool")
+            call, what = self.faults.env_call, f"rollout-{self.index} env"
             env = dict(
-                env_reset=lambda ids, rows: ray.get(env_pool.reset.remote(ids, rows)),
-                env_step=lambda ids, actions: ray.get(env_pool.step.remote(ids, actions)),
-                env_close=lambda ids: ray.get(env_pool.close.remote(ids)),
+                env_reset=lambda ids, rows: call(env_pool, lambda: env_pool.reset.remote(ids, rows), f"{what} reset"),
+                env_step=lambda ids, actions: call(
+                    env_pool, lambda: env_pool.step.remote(ids, actions), f"{what} step"
+                ),
+                env_close=lambda ids: call(env_pool, lambda: env_pool.close.remote(ids), f"{what} close"),
             )
         return AgentLoop(
             self.engine,
@@ -104,9 +112,16 @@ class RolloutWorker:
             raise ValueError("tools.enabled without tools.server_url needs ToolExecutor actors (actors/pools.py)")
 
         def run_tools(calls: list[ToolCall]) -> list[ToolResult]:
-            # Round-robin over the executors; each runs its share in parallel threads.
+            # Round-robin over the executors; each runs its share in parallel threads. Tool calls are
+            # pure, so a share whose executor died or hung is run again on its replacement.
             k = len(executors)
-            shares = ray.get([ex.run_batch.remote(calls[i::k]) for i, ex in enumerate(executors) if calls[i::k]])
+            shares = self.faults.get_all(
+                [
+                    Call(ex, lambda ex=ex, share=calls[i::k]: ex.run_batch.remote(share), f"tools-{i} tool calls")
+                    for i, ex in enumerate(executors)
+                    if calls[i::k]
+                ]
+            )
             results: list[ToolResult] = [None] * len(calls)  # type: ignore[list-item]
             for i, share in enumerate(shares):
                 results[i::k] = share
@@ -142,7 +157,7 @@ class RolloutWorker:
             rows,
             self.sampling(step, greedy),
             first_group_id=first_group_id,
-            episode_prefix=f"w{self.index}-{self.episodes_started}",
+            episode_prefix=f"w{self.index}{self.life}-{self.episodes_started}",
         )
         seconds = time.perf_counter() - start
         for s in samples:  # the driver scores each episode on the EnvPool this worker ran it with
@@ -156,6 +171,7 @@ class RolloutWorker:
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
+        metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
 
     def __repr__(self) -> str:

@@ -136,5 +136,5 @@ def sync_weights(actors, version: int) -> float:
         ray.get([learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]])
     else:  # put once (the learner's return value stays in the object store), every worker reads it
         weights = learner.get_weights.remote()
-        ray.get([w.update_weights.remote(weights, version) for w in workers])
+        actors.faults.send_weights(workers, weights, version)  # kept for, and re-sent to, a restarted worker
     return time.perf_counter() - start

@@ -1,0 +1,254 @@
+"""Remote calls with a deadline, retried on the replacement of an actor that died or hung.
+
+Rollout workers, environment pools and tool executors are created with Ray `max_restarts`
+(actors/pools.py), so Ray rebuilds a lost one by running its constructor again: the engine is
+reloaded from the model path, which is why a restarted rollout worker gets the current weights
+and weight version re-sent (`Call.on_restart`) before the work it owned is retried.
+
+Ray 2.60's failure semantics shape this module: a call in flight when its actor restarts
+raises ActorUnavailableError or ActorDiedError (both RayActorError); ActorDiedError from a
+ping means the actor is gone for good (its restarts are used up); a hung synchronous method
+cannot be cancelled, only `ray.kill(actor, no_restart=False)` frees the actor (it is then
+restarted). Tasks are not retried by Ray (`max_task_retries` 0): only the caller knows what a
+retry needs first (weights) and whether it is safe (it always is here: a rollout shard is
+seeded by (run, step, worker), so the redone shard samples what the lost call would have; tool
+calls and scoring are pure; environment steps are redone as a whole shard, since the episodes'
+environments died with their pool).
+
+A caller that waits past a call's deadline kills the actor, so deadlines must never fire on a
+healthy run: `resources.call_timeout_s` (environment, tool, scoring and weight calls) and
+`resources.rollout_timeout_s` (a whole rollout shard) default to generous values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from relay.failures import ActorLost
+
+# A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
+ATTEMPTS_PER_CALL = 4
+
+# Counted events (metrics `faults/<name>`, per step; Supervisor.totals over the run):
+#   actor_errors    calls whose actor died or restarted under them
+#   timeouts        calls past their deadline (the actor was then killed and restarted)
+#   restarts        replacements a caller waited for and used (each time one came back)
+#   retried_shards  rollout shards redone (same prompts, same seed) on a replacement
+#   retried_calls   other calls redone (tool batches, scoring, weight loads)
+#   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
+FAULT_COUNTS = ("actor_errors", "timeouts", "restarts", "retried_shards", "retried_calls", "duplicated_samples")
+
+
+class ShardLost(RuntimeError):
+    """Raised by a rollout worker whose environment pool died or hung under the shard's episodes:
+    their environments are gone, so the shard is redone as a whole (the driver retries it)."""
+
+    def __init__(self, message: str, counts: dict[str, float] | None = None):
+        super().__init__(message)
+        self.counts = dict(counts or {})  # what the worker counted before giving the shard up
+
+    def __reduce__(self):  # keeps `counts` through pickling (Ray sends the error to the caller)
+        return (ShardLost, (str(self), self.counts))
+
+
+@dataclass
+class Call:
+    """One remote call that may be retried: `submit()` sends it again (to the same handle: Ray
+    routes it to the replacement). `on_restart` runs on a restarted actor first (the weights);
+    `valid(result)` false means the actor restarted between calls and answered from a fresh state."""
+
+    actor: object
+    submit: Callable[[], object]
+    what: str  # names the actor and the work in the log line: "rollout-1 rollout shard"
+    shard: bool = False  # a rollout shard (counted as retried_shards), else a call
+    on_restart: Callable[[], None] | None = None
+    valid: Callable[[object], bool] | None = None
+
+
+class Supervisor:
+    """Makes the calls, counts the faults. One per process that calls actors (the driver, and
+    each rollout worker for its environment and tool calls)."""
+
+    def __init__(self, timeout_s: float, rollout_timeout_s: float = 3600.0, log: Callable[[str], None] | None = None):
+        self.timeout_s, self.rollout_timeout_s = timeout_s, rollout_timeout_s
+        self.weights: tuple[object, int] | None = None  # (payload ref, version) the rollout workers hold
+        self.counts: Counter[str] = Counter()
+        self.totals: Counter[str] = Counter()
+        self.log = log or (lambda line: print(line, flush=True))
+
+    def count(self, name: str, k: float = 1) -> None:
+        self.counts[name] += k
+        self.totals[name] += k
+
+    def add(self, counts: dict[str, float]) -> None:
+        """Counts made elsewhere (a rollout worker's, returned with its shard)."""
+        for name, k in counts.items():
+            self.count(name.removeprefix("faults/"), k)
+
+    def take(self) -> dict[str, float]:
+        """The counts since the last take, as metrics (every name, zeros too)."""
+        out = {f"faults/{name}": float(self.counts[name]) for name in FAULT_COUNTS}
+        self.counts.clear()
+        return out
+
+    def get(self, call: Call, timeout_s: float | None = None):
+        return self.get_all([call], timeout_s)[0]
+
+    def get_all(self, calls: list[Call], timeout_s: float | None = None) -> list:
+        """Every call's result, in order. The calls run at once; each has its own deadline from
+        when it was (re)sent. A call whose actor dies or hangs is redone on the replacement."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        refs = [c.submit() for c in calls]
+        sent = [time.monotonic()] * len(calls)
+        results = []
+        for i, call in enumerate(calls):
+            attempt = 1
+            while True:
+                try:
+                    result = ray.get(refs[i], timeout=max(0.0, sent[i] + timeout - time.monotonic()))
+                    if call.valid is None or call.valid(result):
+                        break
+                    self.log(f"relay: fault: {call.what}: the actor had restarted (fresh state); redoing it")
+                    self.count("restarts")
+                    call.on_restart and call.on_restart()
+                except GetTimeoutError:
+                    self.count("timeouts")
+                    self.log(
+                        f"relay: fault: {call.what}: no answer within {timeout:g}s; killing the actor to restart it"
+                    )
+                    ray.kill(call.actor, no_restart=False)
+                    self._recover(call, timeout, attempt, "hung")
+                except ShardLost as lost:
+                    self.add(lost.counts)
+                    self.log(f"relay: fault: {call.what}: {lost}")
+                except RayActorError as e:
+                    self.count("actor_errors")
+                    self._recover(call, timeout, attempt, type(e).__name__)
+                if attempt >= ATTEMPTS_PER_CALL:
+                    raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
+                attempt += 1
+                self.count("retried_shards" if call.shard else "retried_calls")
+                refs[i], sent[i] = call.submit(), time.monotonic()
+            results.append(result)
+        return results
+
+    def _recover(self, call: Call, timeout: float, attempt: int, why: str) -> None:
+        """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
+        if not wait_restarted(call.actor, timeout):
+            raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")
+        self.count("restarts")
+        self.log(f"relay: fault: {call.what}: actor {why}; restarted, redoing its work (attempt {attempt + 1})")
+        if call.on_restart is not None:
+            try:
+                call.on_restart()
+            except (RayActorError, GetTimeoutError) as e:  # the retry meets the same fault and is handled there
+                self.log(f"relay: fault: {call.what}: rebuilding its state failed ({type(e).__name__})")
+
+    # -- the rollout workers' work: weights in, shards out
+
+    def send_weights(self, workers: list, weights, version: int) -> None:
+        """Every worker loads `weights` (a ref to the learner's payload), kept for any that restarts later."""
+        self.weights = (weights, version)
+        self.get_all(
+            [
+                Call(w, lambda w=w: w.update_weights.remote(weights, version), f"rollout-{i} weight load")
+                for i, w in enumerate(workers)
+            ]
+        )
+
+    def resend_weights(self, worker) -> None:
+        if self.weights is not None:
+            weights, version = self.weights
+            ray.get(worker.update_weights.remote(weights, version), timeout=self.timeout_s)
+
+    def on_current_weights(self, result) -> bool:
+        """A shard sampled by a worker that restarted between calls holds version-0 samples: redo it."""
+        samples, _ = result
+        return self.weights is None or all(s.weight_version == self.weights[1] for s in samples)
+
+    def rollout_shards(self, workers: list, submit: Callable[[int, object], object]) -> list:
+        """`submit(i, worker)` sends worker i its shard; each result as it returned. A lost or
+        stale shard is redone with the same arguments (so the same seed) on the replacement, after
+        the current weights are re-sent. Worker-side fault counts (`faults/*`) are taken here."""
+        calls = [
+            Call(
+                w,
+                lambda i=i, w=w: submit(i, w),
+                f"rollout-{i} rollout shard",
+                shard=True,
+                on_restart=lambda w=w: self.resend_weights(w),
+                valid=self.on_current_weights,
+            )
+            for i, w in enumerate(workers)
+        ]
+        results = self.get_all(calls, self.rollout_timeout_s)
+        for _, metrics in results:
+            self.add({k: v for k, v in metrics.items() if k.startswith("faults/")})
+        keys = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for r in results for s in r[0]]
+        self.count("duplicated_samples", len(keys) - len(set(keys)))
+        return results
+
+    # -- a rollout worker's calls to its environment pool
+
+    def env_call(self, pool, submit: Callable[[], object], what: str):
+        """An environment call; if the pool dies or hangs under it, the shard's episodes are gone with
+        it: once the pool is back this raises ShardLost, and the driver redoes the shard."""
+        try:
+            return ray.get(submit(), timeout=self.timeout_s)
+        except GetTimeoutError:
+            self.count("timeouts")
+            self.log(f"relay: fault: {what}: no answer within {self.timeout_s:g}s; killing the pool to restart it")
+            ray.kill(pool, no_restart=False)
+            why = "hung"
+        except RayActorError as e:
+            self.count("actor_errors")
+            why = type(e).__name__
+        if not wait_restarted(pool, self.timeout_s):
+            raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
+        self.count("restarts")
+        raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
+
+
+def wait_restarted(actor, timeout_s: float) -> bool:
+    """True once `actor` answers again (restarted); False when it is gone for good or stays silent."""
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        return True
+    except (RayActorError, GetTimeoutError):
+        return False
+
+
+class actor_loss_stops:
+    """Context manager around a run: an actor that died for good (a learner rank; a restartable
+    role out of restarts) leaves as relay.failures.ActorLost naming the run folder, which the
+    driver turns into one line with the last checkpoint and the `--resume` command."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, ActorLost):
+            # raised in an actor (a rollout worker whose pool is gone), Ray's error wraps it as `cause`
+            lost = getattr(exc, "cause", exc)
+            raise ActorLost(str(lost), self.run_dir) from exc
+        if exc_type is not None and issubclass(exc_type, RayActorError):
+            raise ActorLost(actor_error_line(exc), self.run_dir) from exc
+        return False
+
+
+def actor_error_line(error: RayActorError) -> str:
+    """The first line of Ray's error that says which actor died and why."""
+    text = str(error).strip()
+    for line in text.splitlines():
+        if "actor" in line.lower() and ("died" in line.lower() or "unavailable" in line.lower()):
+            return line.strip()[:300]
+    return text.splitlines()[0][:300] if text else type(error).__name__
