@@ -52,7 +52,9 @@ class RolloutWorker:
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
         self.life = f".p{os.getpid()}" if ray.get_runtime_context().was_current_actor_reconstructed else ""
-        self.faults = Supervisor(cfg.resources.call_timeout_s)  # deadlines on env and tool calls
+        self.faults = Supervisor(
+            cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s
+        )  # deadlines on env and tool calls
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0

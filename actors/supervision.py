@@ -17,7 +17,8 @@ environments died with their pool).
 
 A caller that waits past a call's deadline kills the actor, so deadlines must never fire on a
 healthy run: `resources.call_timeout_s` (environment, tool, scoring and weight calls) and
-`resources.rollout_timeout_s` (a whole rollout shard) default to generous values.
+`resources.rollout_timeout_s` (a whole rollout shard; also the wait for a restarted actor, whose
+constructor may load a model) default to generous values.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from relay.failures import ActorLost
 
@@ -140,7 +141,7 @@ class Supervisor:
 
     def _recover(self, call: Call, timeout: float, attempt: int, why: str) -> None:
         """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
-        if not wait_restarted(call.actor, timeout):
+        if not wait_restarted(call.actor, self.rollout_timeout_s):
             raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")
         self.count("restarts")
         self.log(f"relay: fault: {call.what}: actor {why}; restarted, redoing its work (attempt {attempt + 1})")
@@ -209,19 +210,26 @@ class Supervisor:
         except RayActorError as e:
             self.count("actor_errors")
             why = type(e).__name__
-        if not wait_restarted(pool, self.timeout_s):
+        if not wait_restarted(pool, self.rollout_timeout_s):
             raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
         self.count("restarts")
         raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
 
 
 def wait_restarted(actor, timeout_s: float) -> bool:
-    """True once `actor` answers again (restarted); False when it is gone for good or stays silent."""
-    try:
-        ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
-        return True
-    except (RayActorError, GetTimeoutError):
-        return False
+    """True once `actor` answers again (restarted); False when it is gone for good (ActorDiedError)
+    or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable: ping again."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=max(0.0, deadline - time.monotonic()))
+            return True
+        except ActorUnavailableError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        except (RayActorError, GetTimeoutError):
+            return False
 
 
 class actor_loss_stops:

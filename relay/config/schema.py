@@ -262,7 +262,7 @@ class ResourcesConfig:
     # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
     # is redone on the replacement. A call past its deadline kills its actor (then restarted):
     # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a
-    # whole rollout shard. Both far above a healthy call's time, even on a slow CPU.
+    # whole rollout shard and for a restarted actor to answer. Both far above a healthy call's time.
     max_restarts: int = 3
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
