@@ -23,6 +23,7 @@ constructor may load a model) default to generous values.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -254,9 +255,9 @@ class actor_loss_stops:
 
 
 def actor_error_line(error: RayActorError) -> str:
-    """The first line of Ray's error that says which actor died and why."""
+    """Which actor died (its name, `<run>/<role>-<i>`, and class) and Ray's first line on why."""
     text = str(error).strip()
-    for line in text.splitlines():
-        if "actor" in line.lower() and ("died" in line.lower() or "unavailable" in line.lower()):
-            return line.strip()[:300]
-    return text.splitlines()[0][:300] if text else type(error).__name__
+    name, cls = re.search(r"\bname: (\S+)", text), re.search(r"\bclass_name: (\S+)", text)
+    who = " ".join(x for x in (name and name.group(1), cls and f"({cls.group(1)})") if x)
+    why = text.splitlines()[0][:300] if text else type(error).__name__
+    return f"{who}: {why}" if who else why
