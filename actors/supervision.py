@@ -99,9 +99,6 @@ class Supervisor:
         self.counts.clear()
         return out
 
-    def get(self, call: Call, timeout_s: float | None = None):
-        return self.get_all([call], timeout_s)[0]
-
     def get_all(self, calls: list[Call], timeout_s: float | None = None) -> list:
         """Every call's result, in order. The calls run at once; each has its own deadline from
         when it was (re)sent. A call whose actor dies or hangs is redone on the replacement."""
@@ -118,20 +115,20 @@ class Supervisor:
                         break
                     self.log(f"relay: fault: {call.what}: the actor had restarted (fresh state); redoing it")
                     self.count("restarts")
-                    call.on_restart and call.on_restart()
+                    self._rebuild(call)
                 except GetTimeoutError:
                     self.count("timeouts")
                     self.log(
                         f"relay: fault: {call.what}: no answer within {timeout:g}s; killing the actor to restart it"
                     )
                     ray.kill(call.actor, no_restart=False)
-                    self._recover(call, timeout, attempt, "hung")
+                    self._recover(call, attempt, "hung")
                 except ShardLost as lost:
                     self.add(lost.counts)
                     self.log(f"relay: fault: {call.what}: {lost}")
                 except RayActorError as e:
                     self.count("actor_errors")
-                    self._recover(call, timeout, attempt, type(e).__name__)
+                    self._recover(call, attempt, type(e).__name__)
                 if attempt >= ATTEMPTS_PER_CALL:
                     raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
                 attempt += 1
@@ -140,12 +137,15 @@ class Supervisor:
             results.append(result)
         return results
 
-    def _recover(self, call: Call, timeout: float, attempt: int, why: str) -> None:
+    def _recover(self, call: Call, attempt: int, why: str) -> None:
         """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
         if not wait_restarted(call.actor, self.rollout_timeout_s):
             raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")
         self.count("restarts")
         self.log(f"relay: fault: {call.what}: actor {why}; restarted, redoing its work (attempt {attempt + 1})")
+        self._rebuild(call)
+
+    def _rebuild(self, call: Call) -> None:
         if call.on_restart is not None:
             try:
                 call.on_restart()
