@@ -16,7 +16,7 @@ from typing import Any
 import ray
 import torch
 
-from actors.supervision import Call, Supervisor
+from actors.supervision import Call, Supervisor, is_restarted_actor
 from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
@@ -51,7 +51,7 @@ class RolloutWorker:
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
-        self.life = f".p{os.getpid()}" if ray.get_runtime_context().was_current_actor_reconstructed else ""
+        self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
         self.faults = Supervisor(
             cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s
         )  # deadlines on env and tool calls

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,6 +216,13 @@ class Supervisor:
             raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
         self.count("restarts")
         raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
+
+
+def is_restarted_actor() -> bool:
+    """Called in an actor's constructor: whether Ray is rebuilding it after a loss."""
+    with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated actor_id
+        warnings.simplefilter("ignore")
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
 def wait_restarted(actor, timeout_s: float) -> bool:
