@@ -3,7 +3,7 @@
     python benchmarks/chaos.py [--tasks default tool] [--steps 12] [--every 3]
 
 Per task, an undisturbed run, then the same run (same seeds) while, every `every` steps, a fault
-hits a random restartable actor at a random moment of the next step: `ray.kill` (restart
+hits a restartable actor (each role in turn, a random actor of it) at a random moment of the next step: `ray.kill` (restart
 allowed) and SIGKILL of its process in turn; the first fault of the run is a hang (SIGSTOP of
 the process), which only the call deadline finds. One line per run: steps completed, faults
 injected, restarts (Ray's count for the run's actors), shards and calls redone, deadlines that
@@ -65,6 +65,10 @@ def run_actors(run_name: str) -> list[dict]:
     return [a for a in table if a["Name"].startswith(f"{run_name}/") and a["Name"].split("/")[1].startswith(ROLES)]
 
 
+def role_of(actor: dict) -> str:
+    return actor["Name"].split("/")[1].rsplit("-", 1)[0]
+
+
 class Chaos:
     """Injects the faults from a timer thread, so they land inside a step's calls, not between them."""
 
@@ -83,7 +87,9 @@ class Chaos:
         alive = [a for a in run_actors(self.run_name) if a["State"] == "ALIVE" and a["Pid"]]
         if not alive:
             return
-        target = self.rng.choice(sorted(alive, key=lambda a: a["Name"]))
+        roles = [r for r in ROLES if any(role_of(a) == r for a in alive)]
+        role = roles[sum(self.faults.values()) % len(roles)]  # each role in turn; a random actor of it
+        target = self.rng.choice(sorted((a for a in alive if role_of(a) == role), key=lambda a: a["Name"]))
         kind = "hang" if not self.faults else ("ray.kill", "SIGKILL")[sum(self.faults.values()) % 2]
         print(f"chaos: {kind} {target['Name']} (pid {target['Pid']})", flush=True)
         if kind == "hang":
@@ -170,7 +176,8 @@ def main() -> None:
                 f"(undisturbed {calm['accuracy']:.3f})"
             )
             print(lines[-1], flush=True)
-        print("\n".join(lines))
+        if len(lines) > 1:
+            print("\n".join(lines))
 
 
 if __name__ == "__main__":
