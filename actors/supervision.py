@@ -219,7 +219,9 @@ class Supervisor:
 
 
 def is_restarted_actor() -> bool:
-    """Called in an actor's constructor: whether Ray is rebuilding it after a loss."""
+    """Called in an actor's constructor: whether Ray is rebuilding it after a loss (False outside Ray)."""
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return False
     with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated actor_id
         warnings.simplefilter("ignore")
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
