@@ -229,18 +229,21 @@ def is_restarted_actor() -> bool:
 
 def wait_restarted(actor, timeout_s: float) -> bool:
     """True once `actor` answers again (restarted); False when it is gone for good (ActorDiedError)
-    or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable: ping again."""
+    or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable, or
+    never be answered (sent to the instance being killed): ping again, each ping briefly."""
     deadline = time.monotonic() + timeout_s
-    while True:
+    while (left := deadline - time.monotonic()) > 0:
         try:
-            ray.get(actor.__ray_ready__.remote(), timeout=max(0.0, deadline - time.monotonic()))
+            ray.get(actor.__ray_ready__.remote(), timeout=min(left, PING_S))
             return True
-        except ActorUnavailableError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.2)
-        except (RayActorError, GetTimeoutError):
+        except (ActorUnavailableError, GetTimeoutError):
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        except RayActorError:
             return False
+    return False
+
+
+PING_S = 5.0  # one ping's wait while a killed actor is being restarted
 
 
 class actor_loss_stops:
