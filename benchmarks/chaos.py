@@ -134,7 +134,7 @@ def run(task: str, steps: int, every: int, out: Path, seed: int = 0) -> dict:
         driver.rollout = original_rollout
         for timer in chaos.timers:
             timer.cancel()
-        restarts = sum(a["NumRestarts"] for a in run_actors(name))
+        restarts = sum(a["NumRestarts"] for a in run_actors(name)) if ray.is_initialized() else 0
     duplicated = sum(len(keys) - len(set(keys)) for keys in batches)
     accuracy = next((v for k, v in summary.items() if k.endswith("_after") and "accuracy" in k), float("nan"))
     return dict(
