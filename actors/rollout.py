@@ -16,7 +16,7 @@ from typing import Any
 import ray
 import torch
 
-from actors.supervision import Call, Supervisor, is_restarted_actor
+from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
 from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
@@ -52,9 +52,8 @@ class RolloutWorker:
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
         self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
-        self.faults = Supervisor(
-            cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s
-        )  # deadlines on env and tool calls
+        # deadlines on env and tool calls; a call whose actor died or hung is redone on the replacement
+        self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
@@ -80,14 +79,8 @@ class RolloutWorker:
         if self.cfg.task.env:
             if env_pool is None:
                 raise ValueError("task.env is set but this rollout worker was given no EnvPool")
-            call, what = self.faults.env_call, f"rollout-{self.index} env"
-            env = dict(
-                env_reset=lambda ids, rows: call(env_pool, lambda: env_pool.reset.remote(ids, rows), f"{what} reset"),
-                env_step=lambda ids, actions: call(
-                    env_pool, lambda: env_pool.step.remote(ids, actions), f"{what} step"
-                ),
-                env_close=lambda ids: call(env_pool, lambda: env_pool.close.remote(ids), f"{what} close"),
-            )
+            pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{self.index} env")  # deadlines; ShardLost
+            env = dict(env_reset=pool.reset, env_step=pool.step, env_close=pool.close)
         return AgentLoop(
             self.engine,
             self.tokenizer,

@@ -23,6 +23,7 @@ constructor may load a model) default to generous values.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import warnings
@@ -216,6 +217,44 @@ class Supervisor:
             raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
         self.count("restarts")
         raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
+
+
+class EnvPoolCalls:
+    """A rollout worker's reset / step / close on its environment pool, each with a deadline
+    (Supervisor.env_call). The episodes live in the pool, so a pool that restarted under them
+    (in a call, or between two: then it no longer knows their ids) loses the shard: ShardLost."""
+
+    def __init__(self, pool, faults: Supervisor, what: str):
+        self.pool, self.faults, self.what = pool, faults, what
+        self.pid: int | None = None  # the pool's process when the episodes began
+
+    def _pid(self) -> int:
+        return self.faults.env_call(self.pool, lambda: self.pool.__ray_call__.remote(_process_id), f"{self.what} ping")
+
+    def reset(self, episode_ids: list[str], rows: list[dict]):
+        self.pid = self._pid()
+        return self.faults.env_call(self.pool, lambda: self.pool.reset.remote(episode_ids, rows), f"{self.what} reset")
+
+    def step(self, episode_ids: list[str], actions: list[str]):
+        return self._known(lambda: self.pool.step.remote(episode_ids, actions), "step")
+
+    def close(self, episode_ids: list[str]) -> None:
+        self._known(lambda: self.pool.close.remote(episode_ids), "close")
+
+    def _known(self, submit: Callable[[], object], what: str):
+        try:
+            return self.faults.env_call(self.pool, submit, f"{self.what} {what}")
+        except KeyError:  # EnvRunner: an episode id it does not hold; a restarted pool holds none
+            if self._pid() == self.pid:
+                raise  # the same process: a programming error, not a fault
+            self.faults.count("restarts")
+            raise ShardLost(
+                f"{self.what} {what}: the pool restarted between calls; redoing the shard", self.faults.take()
+            ) from None
+
+
+def _process_id(actor) -> int:
+    return os.getpid()
 
 
 def is_restarted_actor() -> bool:

@@ -111,3 +111,17 @@ def test_a_hung_rollout_worker_is_killed_at_its_deadline_and_the_shard_redone(ac
     redone, counts = rollout_and_score(actors)
     assert redone == undisturbed
     assert counts["faults/timeouts"] == 1 and counts["faults/retried_shards"] == 1
+
+
+def test_a_pool_restarted_between_two_steps_loses_the_shard_and_a_bug_stays_a_bug(actors):
+    from actors.supervision import EnvPoolCalls, ShardLost, Supervisor, wait_restarted
+
+    pool = EnvPoolCalls(actors.env[0], Supervisor(CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S), "test env")
+    pool.reset(["between-0"], make_rows(1, seed=1))
+    os.kill(pid(actors.env[0]), signal.SIGKILL)
+    assert wait_restarted(actors.env[0], ROLLOUT_TIMEOUT_S)
+    with pytest.raises(ShardLost, match="restarted between calls"):
+        pool.step(["between-0"], ["42"])
+    pool.reset(["between-1"], make_rows(1, seed=1))
+    with pytest.raises(KeyError):  # an id the same pool never held: a programming error, raised as one
+        pool.step(["never-started"], ["42"])
