@@ -136,7 +136,8 @@ def run(task: str, steps: int, every: int, out: Path, seed: int = 0) -> dict:
             timer.cancel()
         restarts = sum(a["NumRestarts"] for a in run_actors(name)) if ray.is_initialized() else 0
     duplicated = sum(len(keys) - len(set(keys)) for keys in batches)
-    accuracy = next((v for k, v in summary.items() if k.endswith("_after") and "accuracy" in k), float("nan"))
+    # held-out accuracy (single-turn tasks) or success rate (environment tasks) after training
+    accuracy = summary.get("accuracy_after", summary.get("success_rate_after", float("nan")))
     return dict(
         task=task,
         steps=len(rewards),
@@ -172,7 +173,7 @@ def main() -> None:
                 f"retried calls {chaos['retried_calls']:g}, timeouts {chaos['timeouts']:g}, "
                 f"duplicated samples {chaos['duplicated']:g}, lost steps {chaos['lost_steps']}, "
                 f"optimizer steps {chaos['optimizer_steps']:g} (undisturbed {calm['optimizer_steps']:g}), "
-                f"same rewards {chaos['rewards'] == calm['rewards']}, held-out accuracy {chaos['accuracy']:.3f} "
+                f"same rewards {chaos['rewards'] == calm['rewards']}, held-out accuracy/success {chaos['accuracy']:.3f} "
                 f"(undisturbed {calm['accuracy']:.3f})"
             )
             print(lines[-1], flush=True)
