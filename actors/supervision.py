@@ -126,8 +126,9 @@ class Supervisor:
                     ray.kill(call.actor, no_restart=False)
                     self._recover(call, attempt, "hung")
                 except ShardLost as lost:
+                    lost = getattr(lost, "cause", lost)  # Ray's error wraps the worker's ShardLost as its cause
                     self.add(lost.counts)
-                    self.log(f"relay: fault: {call.what}: {lost}")
+                    self.log(f"relay: fault: {call.what} lost: {lost}")
                 except RayActorError as e:
                     self.count("actor_errors")
                     self._recover(call, attempt, type(e).__name__)
