@@ -20,6 +20,7 @@ from actors.checkpoints import load_training_checkpoint, save_training_checkpoin
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.reward_model import score_with_reward_model
+from actors.supervision import actor_loss_stops
 from actors.weights import sync_weights
 from relay import metric_keys as keys
 from relay.algos import (
@@ -31,6 +32,7 @@ from relay.algos import (
     mixed_group_mask,
     overlong_penalty,
 )
+from relay.auto_resume import train_with_auto_resume
 from relay.checkpoint import capture_rng, restore_rng
 from relay.checkpoint_resume import resume_checkpoint
 from relay.config import Config, ConfigError, load_config
@@ -59,11 +61,12 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     """Shard prompts over the rollout workers; one group id per prompt across the whole batch.
     `seed_round` seeds sampling, so a resumed run samples exactly what the first run did."""
     shards = split(rows, len(actors.rollout))
-    refs = [
-        w.rollout.remote(shard, seed_round, first_group_id=first_group_id + i * len(shard), greedy=greedy)
-        for i, (w, shard) in enumerate(zip(actors.rollout, shards))
-    ]
-    results = ray.get(refs)
+    results = actors.faults.rollout_shards(  # a lost shard is redone, same seed, on the worker's replacement
+        actors.rollout,
+        lambda i, w: w.rollout.remote(
+            shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy
+        ),
+    )
     samples = [s for shard_samples, _ in results for s in shard_samples]
     tokens = sum(m["rollout/tokens"] for _, m in results)
     per_worker = {f"{keys.TOKENS_PER_S}/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
@@ -229,6 +232,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         kl_ctl.load_state_dict(state["kl_ctl"])
     with (
         StopOnSignal(run_dir) as stop,  # Ctrl-C / SIGTERM: stop after this step; again: abandon it
+        actor_loss_stops(run_dir),  # an actor dead for good: ActorLost, with the run folder to resume
         actor_pools(cfg, path, run_dir.name) as actors,
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
@@ -245,6 +249,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if stop.requested:  # a signal came before training started
                 raise stop.stopped(step)
             metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples)
+            metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics.update(evaluate(cfg, actors, eval_rows))
@@ -276,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
-        train(cfg, resume=args.resume)
+        # resources.auto_resume: a run whose learner died resumes from its last checkpoint, here
+        named = lambda name: load_config(args.config, [*args.overrides, f"run.name={name}"])  # noqa: E731
+        train_with_auto_resume(train, cfg, args.resume, argv, named)
     except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
         print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
         return 2

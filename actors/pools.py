@@ -19,6 +19,7 @@ from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModel, RewardModelPool
 from actors.rollout import RolloutWorker
+from actors.supervision import Supervisor
 from actors.tools import ToolExecutor
 from actors.weights import broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
@@ -157,8 +158,11 @@ def _claim_bundles(pg, bundle: dict[str, float], count: int, role: str, run_name
     return free[:count]
 
 
-def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, groups: list) -> list:
-    """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard.
+def create_group(
+    cls, role: str, res: RoleResources, run_name: str, make_args, groups: list, max_restarts: int = 0
+) -> list:
+    """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard;
+    Ray rebuilds a lost one (its constructor again) up to `max_restarts` times (actors/supervision.py).
 
     Inside a Ray Tune trial the trial's placement group already holds a bundle per actor
     (tune.trial_bundles): the actors go there, since a new group could never be placed while
@@ -178,6 +182,7 @@ def create_group(cls, role: str, res: RoleResources, run_name: str, make_args, g
             name=f"{run_name}/{role}-{i}",
             num_cpus=res.cpus,
             num_gpus=res.gpus,
+            max_restarts=max_restarts,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
         ).remote(*make_args(i))
         for i, index in enumerate(indices)
@@ -225,6 +230,7 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
         run_name,
         lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers, i),
         groups,
+        max_restarts=cfg.resources.max_restarts,
     )
     try:
         ray.get([ex.sandbox_mode.remote() for ex in executors])
@@ -249,6 +255,7 @@ class Actors:
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
     placement_groups: list = field(default_factory=list)
+    faults: Supervisor = field(default_factory=lambda: Supervisor(600.0))  # deadlines, retries, fault counts
 
     def by_role(self) -> dict[str, list]:
         reference = None if isinstance(self.reference, LearnerAsReference) else self.reference  # no actor of its own
@@ -272,10 +279,13 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     so one Ray session can hold several runs (tests, Tune trials)."""
     res, groups, roles = cfg.resources, [], actor_roles(cfg)
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
+    actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s)
+    # A restarted rollout worker could not rejoin a broadcast weight group: with one, rollout workers are not restarted.
+    restarts, rollout_restarts = res.max_restarts, 0 if uses_broadcast(res) else res.max_restarts
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
-            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups)
+            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups, restarts)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
         actors.rollout = create_group(
             RolloutWorker,
@@ -284,6 +294,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             run_name,
             lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
             groups,
+            rollout_restarts,
         )
         actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:

@@ -11,6 +11,7 @@ task.reward_actor) the worker has it score them, so the pool that ran an episode
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
 from actors.weights import WeightReceiver, node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
@@ -53,12 +55,17 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
+        # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
+        self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
+        # deadlines on env and tool calls; a call whose actor died or hung is redone on the replacement
+        self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
+        # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
+        self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         self.agent = self._agent(env_pool, tool_executors or [])
-        self.env_pool = env_pool
         self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
@@ -80,11 +87,8 @@ class RolloutWorker:
         if self.cfg.task.env:
             if env_pool is None:
                 raise ValueError("task.env is set but this rollout worker was given no EnvPool")
-            env = dict(
-                env_reset=lambda ids, rows: ray.get(env_pool.reset.remote(ids, rows)),
-                env_step=lambda ids, actions: ray.get(env_pool.step.remote(ids, actions)),
-                env_close=lambda ids: ray.get(env_pool.close.remote(ids)),
-            )
+            pool = self.env_pool  # deadlines; a pool lost under the episodes raises ShardLost
+            env = dict(env_reset=pool.reset, env_step=pool.step, env_close=pool.close)
         return AgentLoop(
             self.engine,
             self.tokenizer,
@@ -111,9 +115,16 @@ class RolloutWorker:
             raise ValueError("tools.enabled without tools.server_url needs ToolExecutor actors (actors/pools.py)")
 
         def run_tools(calls: list[ToolCall]) -> list[ToolResult]:
-            # Round-robin over the executors; each runs its share in parallel threads.
+            # Round-robin over the executors; each runs its share in parallel threads. Tool calls are
+            # pure, so a share whose executor died or hung is run again on its replacement.
             k = len(executors)
-            shares = ray.get([ex.run_batch.remote(calls[i::k]) for i, ex in enumerate(executors) if calls[i::k]])
+            shares = self.faults.get_all(
+                [
+                    Call(ex, lambda ex=ex, share=calls[i::k]: ex.run_batch.remote(share), f"tools-{i} tool calls")
+                    for i, ex in enumerate(executors)
+                    if calls[i::k]
+                ]
+            )
             results: list[ToolResult] = [None] * len(calls)  # type: ignore[list-item]
             for i, share in enumerate(shares):
                 results[i::k] = share
@@ -149,7 +160,7 @@ class RolloutWorker:
             rows,
             self.sampling(step, greedy),
             first_group_id=first_group_id,
-            episode_prefix=f"w{self.index}-{self.episodes_started}",
+            episode_prefix=f"w{self.index}{self.life}-{self.episodes_started}",
         )
         seconds = time.perf_counter() - start
         for s in samples:
@@ -165,6 +176,7 @@ class RolloutWorker:
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
+        metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
         return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
 
     def score(self, samples: list[Sample]) -> float:
@@ -173,7 +185,7 @@ class RolloutWorker:
         if self.scorer is not None:
             rewards, errors, _ = self.scorer.score(samples)
         else:
-            rewards, errors, _ = ray.get(self.env_pool.score.remote(samples))
+            rewards, errors, _ = self.env_pool.score(samples)
         for sample, reward, error in zip(samples, rewards, errors):
             sample.reward, sample.reward_error = reward, error
         return time.perf_counter() - start

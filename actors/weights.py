@@ -202,13 +202,17 @@ def sync_weights(actors, version: int) -> float:
     if actors.weight_broadcast:
         ray.get([learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]])
         return time.perf_counter() - start
-    shared = actors.shared_weights or [False] * len(workers)
+    mapped = actors.shared_weights or [False] * len(workers)
+    shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
+    on_store = [w for w, on in zip(workers, shared) if not on]
     loads = []
     if any(shared):  # the worker's load waits for the learner's write: the ref is its argument
         written = learner.publish_shared_weights.remote(version)
         loads += [w.load_shared_weights.remote(written, version) for w, on in zip(workers, shared) if on]
-    if not all(shared):  # put once (the learner's return value stays in the object store), each reads it
+    if on_store:  # put once (the learner's return value stays in the object store), each reads it
         weights = learner.get_weights.remote()
-        loads += [w.update_weights.remote(weights, version) for w, on in zip(workers, shared) if not on]
+        actors.faults.send_weights(on_store, weights, version)  # kept for, and re-sent to, a restarted worker
+    else:  # a worker that restarts is sent them through the object store
+        actors.faults.weights = (learner.get_weights.remote, version)
     ray.get(loads)
     return time.perf_counter() - start

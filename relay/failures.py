@@ -26,6 +26,15 @@ class RunFailed(RuntimeError):
     """The run cannot go on; the message names the cause and what to look at."""
 
 
+class ActorLost(RunFailed):
+    """An actor died for good (a learner rank, or a restartable role out of restarts). The run
+    stops at once; `run_dir` (set on the way out of the run) names where its checkpoints are."""
+
+    def __init__(self, message: str, run_dir=None):
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
 def step_failures(samples: list[Sample]) -> dict[str, float]:
     """env/errors: episodes the environment ended by raising; reward/errors is counted by the scorer."""
     return {"env/errors": float(sum(s.finish_reason == FinishReason.ENV_ERROR for s in samples))}

@@ -279,6 +279,17 @@ class ResourcesConfig:
     # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
     # and the rollout workers each hold whole GPUs.
     weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
+    # Faults (actors/supervision.py). Rollout workers, env pools and tool executors are restarted
+    # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
+    # is redone on the replacement. A call past its deadline kills its actor (then restarted):
+    # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a
+    # whole rollout shard and for a restarted actor to answer. Both far above a healthy call's time.
+    max_restarts: int = 3
+    call_timeout_s: float = 600.0
+    rollout_timeout_s: float = 3600.0
+    # A learner rank (or an actor out of restarts) that dies ends the run with its last checkpoint
+    # and the --resume command; auto_resume: N resumes from that checkpoint up to N times, in the driver.
+    auto_resume: int = 0
 
 
 @dataclass(frozen=True)

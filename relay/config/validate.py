@@ -96,6 +96,10 @@ def validate(cfg: Config) -> list[str]:
     need(a.overlong_penalty >= 0, f"algorithm.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
     if a.estimator in ("grpo", "rloo") and r.n < 2:
         p.append(f"algorithm.estimator={a.estimator} with rollout.n={r.n}: group baselines need rollout.n >= 2")
+    need(res.max_restarts >= -1, f"resources.max_restarts: must be >= -1 (-1: no limit), got {res.max_restarts}")
+    need(res.call_timeout_s > 0, f"resources.call_timeout_s: must be > 0, got {res.call_timeout_s}")
+    need(res.rollout_timeout_s > 0, f"resources.rollout_timeout_s: must be > 0, got {res.rollout_timeout_s}")
+    need(res.auto_resume >= 0, f"resources.auto_resume: must be >= 0, got {res.auto_resume}")
     for role in ("rollout", "learner", "reference", "critic", "env"):
         rr: RoleResources = getattr(res, role)
         need(rr.count >= 1, f"resources.{role}.count: must be >= 1, got {rr.count}")

@@ -1,0 +1,335 @@
+"""Remote calls with a deadline, retried on the replacement of an actor that died or hung.
+
+Rollout workers, environment pools and tool executors are created with Ray `max_restarts`
+(actors/pools.py), so Ray rebuilds a lost one by running its constructor again: the engine is
+reloaded from the model path, which is why a restarted rollout worker gets the current weights
+and weight version re-sent (`Call.on_restart`) before the work it owned is retried.
+
+Ray 2.60's failure semantics shape this module: a call in flight when its actor restarts
+raises ActorUnavailableError or ActorDiedError (both RayActorError); ActorDiedError from a
+ping means the actor is gone for good (its restarts are used up); a hung synchronous method
+cannot be cancelled, only `ray.kill(actor, no_restart=False)` frees the actor (it is then
+restarted). Tasks are not retried by Ray (`max_task_retries` 0): only the caller knows what a
+retry needs first (weights) and whether it is safe (it always is here: a rollout shard is
+seeded by (run, step, worker), so the redone shard samples what the lost call would have; tool
+calls and scoring are pure; environment steps are redone as a whole shard, since the episodes'
+environments died with their pool).
+
+A caller that waits past a call's deadline kills the actor, so deadlines must never fire on a
+healthy run: `resources.call_timeout_s` (environment, tool, scoring and weight calls) and
+`resources.rollout_timeout_s` (a whole rollout shard; also the wait for a restarted actor, whose
+constructor may load a model) default to generous values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+from relay.failures import ActorLost
+
+# A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
+ATTEMPTS_PER_CALL = 4
+
+# Counted events (metrics `faults/<name>`, per step; Supervisor.totals over the run):
+#   actor_errors    calls whose actor died or restarted under them
+#   timeouts        calls past their deadline (the actor was then killed and restarted)
+#   restarts        replacements a caller waited for and used (each time one came back)
+#   retried_shards  rollout shards redone (same prompts, same seed) on a replacement
+#   retried_calls   other calls redone (tool batches, scoring, weight loads)
+#   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
+FAULT_COUNTS = ("actor_errors", "timeouts", "restarts", "retried_shards", "retried_calls", "duplicated_samples")
+
+
+class ShardLost(RuntimeError):
+    """Raised by a rollout worker whose environment pool died or hung under the shard's episodes:
+    their environments are gone, so the shard is redone as a whole (the driver retries it)."""
+
+    def __init__(self, message: str, counts: dict[str, float] | None = None):
+        super().__init__(message)
+        self.counts = dict(counts or {})  # what the worker counted before giving the shard up
+
+    def __reduce__(self):  # keeps `counts` through pickling (Ray sends the error to the caller)
+        return (ShardLost, (str(self), self.counts))
+
+
+@dataclass
+class Call:
+    """One remote call that may be retried: `submit()` sends it again (to the same handle: Ray
+    routes it to the replacement). `on_restart` runs on a restarted actor first (the weights);
+    `valid(result)` false means the actor restarted between calls and answered from a fresh state."""
+
+    actor: object
+    submit: Callable[[], object]
+    what: str  # names the actor and the work in the log line: "rollout-1 rollout shard"
+    shard: bool = False  # a rollout shard (counted as retried_shards), else a call
+    on_restart: Callable[[], None] | None = None
+    valid: Callable[[object], bool] | None = None
+
+
+class Supervisor:
+    """Makes the calls, counts the faults. One per process that calls actors (the driver, and
+    each rollout worker for its environment and tool calls)."""
+
+    def __init__(self, timeout_s: float, rollout_timeout_s: float = 3600.0, log: Callable[[str], None] | None = None):
+        self.timeout_s, self.rollout_timeout_s = timeout_s, rollout_timeout_s
+        # (a ref to the learner's payload, or a function that makes one; its version): what the
+        # rollout workers hold, re-sent through the object store to one that restarted
+        self.weights: tuple[object, int] | None = None
+        self.restarted_workers: set = set()  # their shared-memory buffers are gone: object store from now on
+        self.counts: Counter[str] = Counter()
+        self.totals: Counter[str] = Counter()
+        self.log = log or (lambda line: print(line, flush=True))
+
+    def count(self, name: str, k: float = 1) -> None:
+        self.counts[name] += k
+        self.totals[name] += k
+
+    def add(self, counts: dict[str, float]) -> None:
+        """Counts made elsewhere (a rollout worker's, returned with its shard)."""
+        for name, k in counts.items():
+            self.count(name.removeprefix("faults/"), k)
+
+    def take(self) -> dict[str, float]:
+        """The counts since the last take, as metrics (every name, zeros too)."""
+        out = {f"faults/{name}": float(self.counts[name]) for name in FAULT_COUNTS}
+        self.counts.clear()
+        return out
+
+    def get_all(self, calls: list[Call], timeout_s: float | None = None) -> list:
+        """Every call's result, in order. The calls run at once; each has its own deadline from
+        when it was (re)sent. A call whose actor dies or hangs is redone on the replacement."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        refs = [c.submit() for c in calls]
+        sent = [time.monotonic()] * len(calls)
+        results = []
+        for i, call in enumerate(calls):
+            attempt = 1
+            while True:
+                try:
+                    result = ray.get(refs[i], timeout=max(0.0, sent[i] + timeout - time.monotonic()))
+                    if call.valid is None or call.valid(result):
+                        break
+                    self.log(f"relay: fault: {call.what}: the actor had restarted (fresh state); redoing it")
+                    self.count("restarts")
+                    self._rebuild(call)
+                except GetTimeoutError:
+                    self.count("timeouts")
+                    self.log(
+                        f"relay: fault: {call.what}: no answer within {timeout:g}s; killing the actor to restart it"
+                    )
+                    ray.kill(call.actor, no_restart=False)
+                    self._recover(call, attempt, "hung")
+                except ShardLost as lost:
+                    lost = getattr(lost, "cause", lost)  # Ray's error wraps the worker's ShardLost as its cause
+                    self.add(lost.counts)
+                    self.log(f"relay: fault: {call.what} lost: {lost}")
+                except RayActorError as e:
+                    self.count("actor_errors")
+                    self._recover(call, attempt, type(e).__name__)
+                if attempt >= ATTEMPTS_PER_CALL:
+                    raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
+                attempt += 1
+                self.count("retried_shards" if call.shard else "retried_calls")
+                refs[i], sent[i] = call.submit(), time.monotonic()
+            results.append(result)
+        return results
+
+    def _recover(self, call: Call, attempt: int, why: str) -> None:
+        """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
+        if not wait_restarted(call.actor, self.rollout_timeout_s):
+            raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")
+        self.count("restarts")
+        self.log(f"relay: fault: {call.what}: actor {why}; restarted, redoing its work (attempt {attempt + 1})")
+        self._rebuild(call)
+
+    def _rebuild(self, call: Call) -> None:
+        if call.on_restart is not None:
+            try:
+                call.on_restart()
+            except (RayActorError, GetTimeoutError) as e:  # the retry meets the same fault and is handled there
+                self.log(f"relay: fault: {call.what}: rebuilding its state failed ({type(e).__name__})")
+
+    # -- the rollout workers' work: weights in, shards out
+
+    def send_weights(self, workers: list, weights, version: int) -> None:
+        """Every worker loads `weights` (a ref to the learner's payload), kept for any that restarts later."""
+        self.weights = (weights, version)
+        self.get_all(
+            [
+                Call(w, lambda w=w: w.update_weights.remote(weights, version), f"rollout-{i} weight load")
+                for i, w in enumerate(workers)
+            ]
+        )
+
+    def resend_weights(self, worker) -> None:
+        self.restarted_workers.add(worker._actor_id)
+        if self.weights is not None:
+            weights, version = self.weights
+            weights = weights() if callable(weights) else weights
+            ray.get(worker.update_weights.remote(weights, version), timeout=self.timeout_s)
+
+    def reads_shared_memory(self, worker, mapped: bool) -> bool:
+        """A worker that mapped the learner's shared buffers, unless it restarted since."""
+        return mapped and worker._actor_id not in self.restarted_workers
+
+    def on_current_weights(self, result) -> bool:
+        """A shard sampled by a worker that restarted between calls holds version-0 samples: redo it."""
+        samples, _ = result
+        return self.weights is None or all(s.weight_version == self.weights[1] for s in samples)
+
+    def rollout_shards(self, workers: list, submit: Callable[[int, object], object]) -> list:
+        """`submit(i, worker)` sends worker i its shard; each result as it returned. A lost or
+        stale shard is redone with the same arguments (so the same seed) on the replacement, after
+        the current weights are re-sent. Worker-side fault counts (`faults/*`) are taken here."""
+        calls = [
+            Call(
+                w,
+                lambda i=i, w=w: submit(i, w),
+                f"rollout-{i} rollout shard",
+                shard=True,
+                on_restart=lambda w=w: self.resend_weights(w),
+                valid=self.on_current_weights,
+            )
+            for i, w in enumerate(workers)
+        ]
+        results = self.get_all(calls, self.rollout_timeout_s)
+        for _, metrics in results:
+            self.add({k: v for k, v in metrics.items() if k.startswith("faults/")})
+        keys = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for r in results for s in r[0]]
+        self.count("duplicated_samples", len(keys) - len(set(keys)))
+        return results
+
+    # -- a rollout worker's calls to its environment pool
+
+    def env_call(self, pool, submit: Callable[[], object], what: str):
+        """An environment call; if the pool dies or hangs under it, the shard's episodes are gone with
+        it: once the pool is back this raises ShardLost, and the driver redoes the shard."""
+        try:
+            return ray.get(submit(), timeout=self.timeout_s)
+        except GetTimeoutError:
+            self.count("timeouts")
+            self.log(f"relay: fault: {what}: no answer within {self.timeout_s:g}s; killing the pool to restart it")
+            ray.kill(pool, no_restart=False)
+            why = "hung"
+        except RayActorError as e:
+            self.count("actor_errors")
+            why = type(e).__name__
+        if not wait_restarted(pool, self.rollout_timeout_s):
+            raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
+        self.count("restarts")
+        raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
+
+
+class EnvPoolCalls:
+    """A rollout worker's reset / step / close on its environment pool, each with a deadline
+    (Supervisor.env_call). The episodes live in the pool, so a pool that restarted under them
+    (in a call, or between two: then it no longer knows their ids) loses the shard: ShardLost."""
+
+    def __init__(self, pool, faults: Supervisor, what: str):
+        self.pool, self.faults, self.what = pool, faults, what
+        self.pid: int | None = None  # the pool's process when the episodes began
+
+    def _pid(self) -> int:
+        return self.faults.env_call(self.pool, lambda: self.pool.__ray_call__.remote(_process_id), f"{self.what} ping")
+
+    def reset(self, episode_ids: list[str], rows: list[dict]):
+        self.pid = self._pid()
+        return self.faults.env_call(self.pool, lambda: self.pool.reset.remote(episode_ids, rows), f"{self.what} reset")
+
+    def step(self, episode_ids: list[str], actions: list[str]):
+        return self._known(lambda: self.pool.step.remote(episode_ids, actions), "step")
+
+    def close(self, episode_ids: list[str]) -> None:
+        self._known(lambda: self.pool.close.remote(episode_ids), "close")
+
+    def score(self, samples: list):
+        """Rewards from the pool that ran the episodes: one that restarted since has lost their
+        environments, which the reward function gets, so the shard is lost with them."""
+        if self.pid is not None and self._pid() != self.pid:
+            self.faults.count("restarts")
+            raise ShardLost(
+                f"{self.what} score: the pool restarted after the episodes; redoing the shard", self.faults.take()
+            )
+        return self.faults.env_call(self.pool, lambda: self.pool.score.remote(samples), f"{self.what} score")
+
+    def _known(self, submit: Callable[[], object], what: str):
+        try:
+            return self.faults.env_call(self.pool, submit, f"{self.what} {what}")
+        except KeyError:  # EnvRunner: an episode id it does not hold; a restarted pool holds none
+            if self._pid() == self.pid:
+                raise  # the same process: a programming error, not a fault
+            self.faults.count("restarts")
+            raise ShardLost(
+                f"{self.what} {what}: the pool restarted between calls; redoing the shard", self.faults.take()
+            ) from None
+
+
+def _process_id(actor) -> int:
+    return os.getpid()
+
+
+def is_restarted_actor() -> bool:
+    """Called in an actor's constructor: whether Ray is rebuilding it after a loss (False outside Ray)."""
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated actor_id
+        warnings.simplefilter("ignore")
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def wait_restarted(actor, timeout_s: float) -> bool:
+    """True once `actor` answers again (restarted); False when it is gone for good (ActorDiedError)
+    or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable, or
+    never be answered (sent to the instance being killed): ping again, each ping briefly."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=min(left, PING_S))
+            return True
+        except (ActorUnavailableError, GetTimeoutError):
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        except RayActorError:
+            return False
+    return False
+
+
+PING_S = 5.0  # one ping's wait while a killed actor is being restarted
+
+
+class actor_loss_stops:
+    """Context manager around a run: an actor that died for good (a learner rank; a restartable
+    role out of restarts) leaves as relay.failures.ActorLost naming the run folder, which the
+    driver turns into one line with the last checkpoint and the `--resume` command."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, ActorLost):
+            # raised in an actor (a rollout worker whose pool is gone), Ray's error wraps it as `cause`
+            lost = getattr(exc, "cause", exc)
+            raise ActorLost(str(lost), self.run_dir) from exc
+        if exc_type is not None and issubclass(exc_type, RayActorError):
+            raise ActorLost(actor_error_line(exc), self.run_dir) from exc
+        return False
+
+
+def actor_error_line(error: RayActorError) -> str:
+    """Which actor died (its name, `<run>/<role>-<i>`, and class) and Ray's first line on why."""
+    text = str(error).strip()
+    name, cls = re.search(r"\bname: (\S+)", text), re.search(r"\bclass_name: (\S+)", text)
+    who = " ".join(x for x in (name and name.group(1), cls and f"({cls.group(1)})") if x)
+    why = text.splitlines()[0][:300] if text else type(error).__name__
+    return f"{who}: {why}" if who else why
