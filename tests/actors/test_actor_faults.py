@@ -70,7 +70,7 @@ def episodes(samples) -> list:
 
 def rollout_and_score(actors):
     samples, _ = driver.rollout(actors, make_rows(4, seed=5), seed_round=3)
-    driver.score(actors, samples)
+    driver.score(samples)  # the workers scored them (on their EnvPool); this counts failures
     return episodes(samples), actors.faults.take()
 
 
@@ -98,7 +98,7 @@ def test_each_role_dies_or_hangs_and_its_work_is_redone_on_the_replacement(actor
     assert redone == undisturbed
     assert counts["faults/timeouts"] == 1 and counts["faults/retried_shards"] == 1
 
-    # an environment pool killed by ray.kill (restart allowed) before scoring: scored on its replacement
+    # an environment pool killed by ray.kill (restart allowed) between steps: the next shard runs on its replacement
     ray.kill(actors.env[0], no_restart=False)
     redone, counts = rollout_and_score(actors)
     assert redone == undisturbed and counts["faults/duplicated_samples"] == 0
