@@ -48,6 +48,7 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
+        self.idle_since = time.perf_counter()  # end of the last call: the gap to the next is idle time
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
@@ -137,7 +138,7 @@ class RolloutWorker:
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
-        self.episodes_started += 1
+        idle, self.episodes_started = start - self.idle_since, self.episodes_started + 1
         samples = self.agent.run(
             rows,
             self.sampling(step, greedy),
@@ -152,7 +153,10 @@ class RolloutWorker:
             "rollout/tokens": tokens,
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
+            "rollout/idle_s": idle,  # waiting for weights or for work since the last call ended
+            "rollout/worker": self.index,
         }
+        self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
@@ -176,7 +180,7 @@ class RolloutWorker:
     def update_weights(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
         seconds = self.weights_in.load(weights, version)
-        self.weights_version = version
+        self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
     def join_weight_group(
@@ -187,7 +191,7 @@ class RolloutWorker:
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
         seconds = self.weights_in.receive(version)
-        self.weights_version = version
+        self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
     def peak_memory_mb(self) -> float:

@@ -131,10 +131,15 @@ def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
 def sync_weights(actors, version: int) -> float:
     """The learner's weights to every rollout worker, tagged `version`; returns the seconds it took."""
     start = time.perf_counter()
+    ray.get(start_weight_sync(actors, version))
+    return time.perf_counter() - start
+
+
+def start_weight_sync(actors, version: int) -> list:
+    """sync_weights without the wait: the refs of the calls that finish it. A worker busy with
+    rollout calls loads the weights after them (actors run their calls in order)."""
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
-        ray.get([learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]])
-    else:  # put once (the learner's return value stays in the object store), every worker reads it
-        weights = learner.get_weights.remote()
-        ray.get([w.update_weights.remote(weights, version) for w in workers])
-    return time.perf_counter() - start
+        return [learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]]
+    weights = learner.get_weights.remote()  # put once (it stays in the object store), every worker reads it
+    return [w.update_weights.remote(weights, version) for w in workers]
