@@ -20,7 +20,8 @@ from relay.pipeline import Group, GroupBuffer
 from relay.run import merge_rollout_metrics
 from relay.types import Sample
 
-CALLS_PER_WORKER = 2  # one running and one queued: a worker never waits for the driver's round trip
+# Every call the buffer has room for is started at once, spread over the workers, and queues on its
+# worker: while the driver waits on the learner, the workers still have work.
 
 
 class RolloutProducer:
@@ -66,12 +67,12 @@ class RolloutProducer:
     # -- producer -----------------------------------------------------------------------------
 
     def fill(self) -> None:
-        """Start calls while the buffer has room and a worker has a free slot."""
+        """Start calls while the buffer has room, each on the worker with the fewest queued."""
         room = self.buffer.room(self.version)
         load = [0] * len(self.actors.rollout)
         for worker, _ in self.calls.values():
             load[worker] += 1
-        while room > 0 and min(load) < CALLS_PER_WORKER:
+        while room > 0:
             worker = load.index(min(load))
             size = min(self.per_call, room)
             batch = [self.redo.pop(0) for _ in range(min(size, len(self.redo)))]

@@ -48,7 +48,8 @@ class RolloutWorker:
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
-        self.idle_since = time.perf_counter()  # end of the last call: the gap to the next is idle time
+        # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
+        self.idle_since, self.idle_s = time.perf_counter(), 0.0
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
@@ -138,7 +139,8 @@ class RolloutWorker:
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
-        idle, self.episodes_started = start - self.idle_since, self.episodes_started + 1
+        idle, self.idle_s = self.idle_s + start - self.idle_since, 0.0
+        self.episodes_started += 1
         samples = self.agent.run(
             rows,
             self.sampling(step, greedy),
@@ -179,6 +181,7 @@ class RolloutWorker:
 
     def update_weights(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
+        self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.load(weights, version)
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
@@ -190,6 +193,7 @@ class RolloutWorker:
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
+        self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.receive(version)
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds

@@ -77,3 +77,24 @@ def test_staleness_and_idle_metrics():
     }
     m = pipeline_metrics(samples, 4, {"time/step_s": 2.0, "time/rollout_s": 0.5}, rollout_idle_s=4.0)
     assert m["idle/learner"] == 0.25 and m["idle/rollout"] == 1.0 and m["time/learner_wait_s"] == 0.5
+
+
+def test_pipeline_keys_are_validated_together():
+    from relay.config import Config, ConfigError, load_config
+
+    problems = []
+    try:
+        load_config(
+            None,
+            [
+                "training.mode=fast",
+                "training.max_staleness=-1",
+                "training.stale_groups=keep",
+                "training.groups_per_call=-2",
+            ],
+        )
+    except ConfigError as e:
+        problems = e.problems
+    for key in ("training.mode", "training.max_staleness", "training.stale_groups", "training.groups_per_call"):
+        assert any(p.startswith(key) for p in problems), (key, problems)
+    assert Config().training.mode == "sync"
