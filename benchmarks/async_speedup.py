@@ -94,7 +94,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps on the default task")
     parser.add_argument("--textgame-steps", type=int, default=8, help="training steps on textgame (0: skip it)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--groups-per-call", type=int, default=4, help="async: prompts per rollout call")
+    parser.add_argument("--groups-per-call", type=int, default=16, help="async, default task: prompts per rollout call")
+    parser.add_argument("--textgame-groups-per-call", type=int, default=4, help="async, textgame: prompts per call")
     parser.add_argument("--out", default=None, help="folder for the runs and plots (default: a temporary one)")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="relay-async-speedup-"))
@@ -104,9 +105,8 @@ def main() -> int:
         if not steps:
             continue
         results: dict[str, list[dict]] = {m: [] for m in MODES}
-        extra = [f"training.groups_per_call={args.groups_per_call}"] + (
-            ["task.num_eval_rows=32"] if task == "textgame" else []
-        )
+        per_call = args.groups_per_call if task == "default" else args.textgame_groups_per_call
+        extra = [f"training.groups_per_call={per_call}"] + (["task.num_eval_rows=32"] if task == "textgame" else [])
         for k, seed in enumerate(args.seeds):
             order = list(MODES)[k % 3 :] + list(MODES)[: k % 3]  # alternate who runs first
             for mode in order:
@@ -118,7 +118,7 @@ def main() -> int:
                     flush=True,
                 )
         base = statistics.fmean(r["samples_per_s"] for r in results["sync"])
-        print(f"\n{task}: {steps} steps, seeds {args.seeds}, groups_per_call {args.groups_per_call} (async)")
+        print(f"\n{task}: {steps} steps, seeds {args.seeds}, groups_per_call {per_call} (async)")
         print(
             f"{'mode':<13}{'samples/s':>10}{'x sync':>8}{'tokens/s':>10}{'idle L':>8}{'idle R':>8}{'stale':>7}{'dropped':>8}  held-out after (before)"
         )
