@@ -19,6 +19,7 @@ import torch
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
+from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
 from actors.weights import sync_weights
@@ -41,11 +42,13 @@ from relay.envs.scoring import neutralize_reward_errors
 from relay.failures import FailureWatch, RunFailed, step_failures
 from relay.loggers import make_loggers
 from relay.old_logprobs import driver_needs_old_logprobs
+from relay.pipeline import pipeline_metrics
 from relay.progress import phase
 from relay.run import (
     PhaseTimer,
     create_run_folder,
     eval_metrics,
+    merge_rollout_metrics,
     resolve_model_path,
     run_folder,
     split,
@@ -67,20 +70,7 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
             shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy
         ),
     )
-    samples = [s for shard_samples, _ in results for s in shard_samples]
-    tokens = sum(m["rollout/tokens"] for _, m in results)
-    per_worker = {f"{keys.TOKENS_PER_S}/{i}": m["rollout/tokens_per_s"] for i, (_, m) in enumerate(results)}
-    agent = {
-        k: sum(m[k] for _, m in results) / len(results) for k in results[0][1] if k.startswith("agent/")
-    }  # multi-turn stats
-    tools = {k: sum(m[k] for _, m in results) for k in keys.TOOL_COUNTS if k in results[0][1]}  # runs with tools
-    return samples, {
-        keys.TOKENS_PER_S: tokens / max(max(m["rollout/seconds"] for _, m in results), 1e-9),
-        keys.REWARD_S: max(m["rollout/reward_seconds"] for _, m in results),
-        **per_worker,
-        **agent,
-        **tools,
-    }
+    return [s for shard_samples, _ in results for s in shard_samples], merge_rollout_metrics([m for _, m in results])
 
 
 def score(samples) -> dict[str, float]:
@@ -96,6 +86,19 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     return eval_metrics(cfg.task, [s.reward for s in samples])
 
 
+def finish(cfg: Config, actors, samples) -> dict[str, float]:
+    """A rollout's samples, scored by the workers: reward-model scores into the rewards, failures
+    counted (the rule's and the RM's alike); with DAPO's overlong buffer, the long ones punished."""
+    metrics, a = score_with_reward_model(actors, samples), cfg.algorithm  # reward_model.*
+    metrics.update(score(samples))
+    if a.overlong_buffer_len:  # DAPO soft overlong punishment
+        lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
+        penalties = overlong_penalty(lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
+        for s, penalty in zip(samples, penalties.tolist()):
+            s.reward += penalty
+    return metrics
+
+
 def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     """Roll out and score one batch. With DAPO dynamic sampling, groups whose rewards are all
     equal carry no signal: drop them and draw more prompts, at most `dynamic_sampling_max_tries`."""
@@ -108,17 +111,7 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
         tools = {
             k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
         }  # every try's calls
-        metrics.update(score_with_reward_model(actors, samples))  # reward_model.*: RM scores into the rewards
-        metrics.update(metrics_rollout, **tools, **score(samples))  # counts rule and RM failures alike
-        if a.overlong_buffer_len:  # DAPO soft overlong punishment
-            lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
-            for s, penalty in zip(
-                samples,
-                overlong_penalty(
-                    lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty
-                ).tolist(),
-            ):
-                s.reward += penalty
+        metrics.update(metrics_rollout, **tools, **finish(cfg, actors, samples))
         if not a.dynamic_sampling:
             return samples, metrics
         mixed = mixed_group_mask(
@@ -135,13 +128,21 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
 
 
 def train_step(
-    cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, watch: FailureWatch, sample_writer=None
+    cfg: Config,
+    actors,
+    prompts: PromptIterator,
+    step: int,
+    kl_ctl,
+    watch: FailureWatch,
+    sample_writer=None,
+    producer=None,
 ) -> dict:
-    """One RL step; returns its metrics."""
+    """One RL step; returns its metrics. With a producer (training.mode one_step_off / async) the
+    samples were rolled out while earlier steps trained, and the weight sync is not waited for."""
     a, timer = cfg.algorithm, PhaseTimer()
     with timer("step"):
-        with timer("rollout"):
-            samples, sample_metrics = collect(cfg, actors, prompts, step)
+        with timer("rollout"):  # the learner waits for its data here
+            samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
         if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
             sample_writer.write(step + 1, samples)
         neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
@@ -188,7 +189,10 @@ def train_step(
                 )
                 update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
         with timer("sync"):
-            sync_weights(actors, version=step + 1)
+            if producer is None:
+                sync_weights(actors, version=step + 1)
+            else:  # each worker loads it after its calls in flight; later calls run on it
+                producer.sync_weights(step + 1)
     metrics = {
         keys.REWARD_MEAN: batch.rewards.mean().item(),
         keys.REWARD_STD: batch.rewards.std(correction=0).item(),
@@ -198,6 +202,7 @@ def train_step(
         **sample_metrics,
         **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
         **timer.seconds,
+        **pipeline_metrics(samples, step, timer.seconds, sample_metrics.get(keys.ROLLOUT_IDLE_S)),
     }
     if actors.reference is not None:
         metrics["kl/coef"] = kl_ctl.value
@@ -245,10 +250,17 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
+        producer = (
+            None
+            if cfg.training.mode == "sync"
+            else RolloutProducer(
+                cfg, actors, prompts, lambda s: finish(cfg, actors, s), start_step, state.get("pipeline")
+            )
+        )
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
                 raise stop.stopped(step)
-            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples)
+            metrics = train_step(cfg, actors, prompts, step, kl_ctl, watch, samples, producer)
             metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
@@ -260,6 +272,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             stopping = stop.requested  # read once: the checkpoint and the stop agree
             due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
             if due or (stopping and cfg.checkpoint.on_stop):
+                if producer is not None:  # first: it finishes the calls in flight, which draw prompts
+                    state["pipeline"] = producer.state_dict()
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
                 save_training_checkpoint(actors, run_dir / "checkpoints", step + 1, state, cfg.checkpoint.keep_last_n)
             if stopping:

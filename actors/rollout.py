@@ -59,6 +59,8 @@ class RolloutWorker:
         self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
         # deadlines on env and tool calls; a call whose actor died or hung is redone on the replacement
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
+        # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
+        self.idle_since, self.idle_s = time.perf_counter(), 0.0
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
@@ -155,6 +157,7 @@ class RolloutWorker:
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
         start = time.perf_counter()
+        idle, self.idle_s = self.idle_s + start - self.idle_since, 0.0
         self.episodes_started += 1
         samples = self.agent.run(
             rows,
@@ -172,7 +175,10 @@ class RolloutWorker:
             "rollout/seconds": seconds,
             "rollout/tokens_per_s": tokens / max(seconds, 1e-9),
             "rollout/reward_seconds": reward_seconds,
+            "rollout/idle_s": idle,  # waiting for weights or for work since the last call ended
+            "rollout/worker": self.index,
         }
+        self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
@@ -207,8 +213,9 @@ class RolloutWorker:
 
     def update_weights(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store; returns the seconds it took."""
+        self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.load(weights, version)
-        self.weights_version = version
+        self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
     def attach_shared_weights(self, handle: SharedWeightsHandle) -> None:
@@ -216,8 +223,9 @@ class RolloutWorker:
 
     def load_shared_weights(self, written: None, version: int) -> float:
         """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
+        self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.load_shared(version)
-        self.weights_version = version
+        self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
     def join_weight_group(
@@ -235,8 +243,9 @@ class RolloutWorker:
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
+        self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.receive(version)
-        self.weights_version = version
+        self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
     def peak_memory_mb(self) -> float:

@@ -196,23 +196,41 @@ def open_shared_memory(learner, workers: list, tag: str) -> list[bool]:
 
 
 def sync_weights(actors, version: int) -> float:
-    """The learner's weights to every rollout worker, tagged `version`; returns the seconds it took."""
+    """The learner's weights to every rollout worker, tagged `version`; returns the seconds it took.
+    Object-store loads have deadlines and are redone on a restarted worker (actors.faults)."""
     start = time.perf_counter()
-    learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
-        ray.get([learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]])
+        ray.get(start_weight_sync(actors, version))
         return time.perf_counter() - start
-    mapped = actors.shared_weights or [False] * len(workers)
-    shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
-    on_store = [w for w, on in zip(workers, shared) if not on]
-    loads = []
-    if any(shared):  # the worker's load waits for the learner's write: the ref is its argument
-        written = learner.publish_shared_weights.remote(version)
-        loads += [w.load_shared_weights.remote(written, version) for w, on in zip(workers, shared) if on]
-    if on_store:  # put once (the learner's return value stays in the object store), each reads it
-        weights = learner.get_weights.remote()
-        actors.faults.send_weights(on_store, weights, version)  # kept for, and re-sent to, a restarted worker
+    loads, on_store = _shared_memory_loads(actors, version)
+    if on_store:
+        actors.faults.send_weights(on_store, actors.learner.get_weights.remote(), version)
     else:  # a worker that restarts is sent them through the object store
-        actors.faults.weights = (learner.get_weights.remote, version)
+        actors.faults.weights = (actors.learner.get_weights.remote, version)
     ray.get(loads)
     return time.perf_counter() - start
+
+
+def start_weight_sync(actors, version: int) -> list:
+    """sync_weights without the wait: the refs of the calls that finish it. A worker busy with
+    rollout calls loads the weights after them (actors run their calls in order)."""
+    learner, workers = actors.learner, actors.rollout
+    if actors.weight_broadcast:
+        return [learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]]
+    loads, on_store = _shared_memory_loads(actors, version)
+    weights = learner.get_weights.remote() if on_store else learner.get_weights.remote  # put once, read by each
+    actors.faults.weights = (weights, version)  # what a restarted worker is sent
+    return loads + [w.update_weights.remote(weights, version) for w in on_store]
+
+
+def _shared_memory_loads(actors, version: int) -> tuple[list, list]:
+    """The loads of the workers that read the learner's shared-memory buffer (the load waits for the
+    learner's write: its ref is the argument), and the workers that need the object store instead."""
+    learner, workers = actors.learner, actors.rollout
+    mapped = actors.shared_weights or [False] * len(workers)
+    shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
+    loads = []
+    if any(shared):
+        written = learner.publish_shared_weights.remote(version)
+        loads = [w.load_shared_weights.remote(written, version) for w, on in zip(workers, shared) if on]
+    return loads, [w for w, on in zip(workers, shared) if not on]

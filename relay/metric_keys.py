@@ -27,3 +27,14 @@ ROLLOUT_S = phase_seconds("rollout")
 REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers inside the rollout phase: the slowest's
 SYNC_S = phase_seconds("sync")
 LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; phase_seconds("update") is the driver's
+# training.mode one_step_off / async (relay/pipeline.py, actors/producer.py)
+STALENESS_MIN = "weights/staleness_min"  # versions behind the update's, over every trained sample of the step
+STALENESS_MEAN = "weights/staleness_mean"
+STALENESS_MAX = "weights/staleness_max"
+QUEUE_DEPTH = "rollout/queue_depth"  # finished groups left in the buffer after the step took its batch
+IN_FLIGHT = "rollout/in_flight"  # groups being rolled out when the step took its batch
+DROPPED_STALE = "rollout/dropped_stale"  # groups dropped (or drawn again) this step: older than max_staleness
+ROLLOUT_IDLE_S = "time/rollout_idle_s"  # per worker: seconds between its calls (waiting for weights or work)
+LEARNER_WAIT_S = "time/learner_wait_s"  # seconds the step waited for its samples (the learner had nothing to do)
+IDLE_ROLLOUT = "idle/rollout"  # ROLLOUT_IDLE_S / step wall time
+IDLE_LEARNER = "idle/learner"  # LEARNER_WAIT_S / step wall time

@@ -9,6 +9,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from relay import metric_keys as keys
 from relay.config import Config, ConfigError, TaskConfig, resolve_dotted, save_resolved
 from relay.data import load_rows
 from relay.envs.arithmetic import make_rows
@@ -117,6 +118,37 @@ class PhaseTimer:
 def split(items: list, parts: int) -> list[list]:
     size = len(items) // parts
     return [items[i * size : (i + 1) * size] for i in range(parts)]
+
+
+def merge_rollout_metrics(per_call: list[dict[str, float]]) -> dict[str, float]:
+    """One step's rollout metrics from its rollout calls' (each: a shard on worker "rollout/worker").
+    Tokens/s: all tokens over the busiest worker's seconds; agent/*: means; tool counts: sums;
+    idle seconds: per worker."""
+    if not per_call:
+        return {}
+    busy: dict[int, float] = {}
+    for i, m in enumerate(per_call):
+        worker = int(m.get("rollout/worker", i))
+        busy[worker] = busy.get(worker, 0.0) + m["rollout/seconds"]
+    tokens = sum(m["rollout/tokens"] for m in per_call)
+    per_worker = {
+        f"{keys.TOKENS_PER_S}/{int(m.get('rollout/worker', i))}": m["rollout/tokens_per_s"]
+        for i, m in enumerate(per_call)
+    }
+    agent = {k: sum(m[k] for m in per_call) / len(per_call) for k in per_call[0] if k.startswith("agent/")}
+    tools = {k: sum(m[k] for m in per_call) for k in keys.TOOL_COUNTS if k in per_call[0]}
+    idle = {}
+    if "rollout/idle_s" in per_call[0]:
+        idle[keys.ROLLOUT_IDLE_S] = sum(m["rollout/idle_s"] for m in per_call) / len(busy)
+    return {
+        keys.TOKENS_PER_S: tokens / max(max(busy.values()), 1e-9),
+        keys.REWARD_S: max(m.get("rollout/reward_seconds", 0.0) for m in per_call),  # scoring in the workers
+        "rollout/tokens": float(tokens),
+        **per_worker,
+        **agent,
+        **tools,
+        **idle,
+    }
 
 
 def eval_metrics(task: TaskConfig, rewards: list[float]) -> dict[str, float]:

@@ -263,6 +263,15 @@ class TrainingConfig:
     # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
     # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
     stop_after_failed_steps: int = 3
+    # Rollout/training overlap (relay/pipeline.py). sync: roll out, then train. one_step_off: step k+1's
+    # rollout runs while step k trains (samples one version stale). async: rollout calls of
+    # groups_per_call prompts stay in flight and fill a bounded buffer; each step takes prompts_per_step
+    # groups no older than max_staleness versions; older ones are dropped (stale_groups=drop) or their
+    # prompts rolled out again (regenerate). Both count in rollout/dropped_stale.
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    max_staleness: int = 1  # async: weight versions a trained sample may lag the update's
+    stale_groups: Literal["drop", "regenerate"] = "drop"
+    groups_per_call: int = 0  # async: prompts per rollout call; 0: prompts_per_step / rollout workers
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.validate_pipeline import validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 
 
@@ -115,6 +116,7 @@ def validate(cfg: Config) -> list[str]:
         )
     p += validate_sharding(cfg)
     p += validate_lora(cfg)
+    p += validate_pipeline(cfg)
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"

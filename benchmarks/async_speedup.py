@@ -1,0 +1,140 @@
+"""training.mode sync vs one_step_off vs async in one run, the modes alternating, on the default
+task (2-digit addition) and on a multi-turn task whose episodes vary in length (textgame, 1-4
+turns): samples/s and tokens/s of training, the learner's and the rollout workers' idle shares,
+staleness, and held-out accuracy (textgame: mean return) after the same number of samples.
+Prints a table and writes each run's curves (relay.plot) and one plot of reward against samples
+consumed per task. Numbers, never assertions.
+
+    python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+import driver  # noqa: E402
+from relay.config import load_config  # noqa: E402
+from relay.plot import plot_run  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = {
+    "sync": ["training.mode=sync"],
+    "one_step_off": ["training.mode=one_step_off"],
+    "async": ["training.mode=async", "training.max_staleness=1"],
+}
+TASKS = {"default": "configs/default.yaml", "textgame": "configs/textgame.yaml"}
+QUIET = ["logging.console=false", "checkpoint.every=0", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
+
+
+def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: list[str]) -> dict:
+    """Train; time the steps after the first (start-up and the first step's warm-up left out)."""
+    reports: list[float] = []
+    cfg = load_config(
+        REPO / config,
+        [*QUIET, f"run.output_dir={out}", f"run.name={Path(config).stem}-{mode}-s{seed}", f"run.seed={seed}"]
+        + [f"training.steps={steps}", *MODES[mode], *extra],
+    )
+    summary = driver.train(cfg, report=lambda step, m: reports.append(time.perf_counter()))
+    records = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    timed = records[1:]
+    seconds = reports[-1] - reports[0]
+    samples = sum(cfg.training.prompts_per_step * cfg.rollout.n for _ in timed)
+    held_out = "accuracy_after" if "accuracy_after" in summary else "mean_return_after"
+    return {
+        "samples_per_s": samples / seconds,
+        "tokens_per_s": sum(r.get("rollout/tokens", 0.0) for r in timed) / seconds,
+        "idle_learner": statistics.fmean(r["idle/learner"] for r in timed),
+        "idle_rollout": statistics.fmean(r.get("idle/rollout", float("nan")) for r in timed),
+        "staleness_mean": statistics.fmean(r["weights/staleness_mean"] for r in timed),
+        "dropped": sum(r.get("rollout/dropped_stale", 0.0) for r in records),
+        "held_out": summary[held_out],
+        "held_out_before": summary[held_out.replace("after", "before")],
+        "run_dir": summary["run_dir"],
+        "curve": [(r["step"] * cfg.training.prompts_per_step * cfg.rollout.n, r["reward/mean"]) for r in records],
+    }
+
+
+def plot_curves(task: str, results: dict, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, runs in results.items():
+        for i, r in enumerate(runs):
+            xs, ys = zip(*r["curve"])
+            ax.plot(
+                xs,
+                ys,
+                color={"sync": "C0", "one_step_off": "C1", "async": "C2"}[mode],
+                alpha=0.8,
+                label=mode if i == 0 else None,
+            )
+    ax.set(xlabel="samples consumed", ylabel="training reward (mean)", title=f"{task}: reward against samples")
+    ax.legend()
+    path = out / f"{task}_reward_vs_samples.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20, help="training steps on the default task")
+    parser.add_argument("--textgame-steps", type=int, default=8, help="training steps on textgame (0: skip it)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--groups-per-call", type=int, default=16, help="async, default task: prompts per rollout call")
+    parser.add_argument("--textgame-groups-per-call", type=int, default=4, help="async, textgame: prompts per call")
+    parser.add_argument("--out", default=None, help="folder for the runs and plots (default: a temporary one)")
+    args = parser.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="relay-async-speedup-"))
+    ray.init(num_cpus=6, include_dashboard=False, namespace="relay", log_to_driver=False)
+    tasks = {"default": args.steps, "textgame": args.textgame_steps}
+    for task, steps in tasks.items():
+        if not steps:
+            continue
+        results: dict[str, list[dict]] = {m: [] for m in MODES}
+        per_call = args.groups_per_call if task == "default" else args.textgame_groups_per_call
+        extra = [f"training.groups_per_call={per_call}"] + (["task.num_eval_rows=32"] if task == "textgame" else [])
+        for k, seed in enumerate(args.seeds):
+            order = list(MODES)[k % 3 :] + list(MODES)[: k % 3]  # alternate who runs first
+            for mode in order:
+                r = one_run(TASKS[task], mode, seed, steps, out, extra)
+                results[mode].append(r)
+                plot_run(r["run_dir"])
+                print(
+                    f"{task} seed {seed} {mode}: {r['samples_per_s']:.1f} samples/s, held-out {r['held_out']:.3f}",
+                    flush=True,
+                )
+        base = statistics.fmean(r["samples_per_s"] for r in results["sync"])
+        print(f"\n{task}: {steps} steps, seeds {args.seeds}, groups_per_call {per_call} (async)")
+        print(
+            f"{'mode':<13}{'samples/s':>10}{'x sync':>8}{'tokens/s':>10}{'idle L':>8}{'idle R':>8}{'stale':>7}{'dropped':>8}  held-out after (before)"
+        )
+        for mode, runs in results.items():
+            mean = {
+                k: statistics.fmean(r[k] for r in runs)
+                for k in ("samples_per_s", "tokens_per_s", "idle_learner", "idle_rollout", "staleness_mean", "dropped")
+            }
+            held = ", ".join(f"{r['held_out']:.3f} ({r['held_out_before']:.3f})" for r in runs)
+            print(
+                f"{mode:<13}{mean['samples_per_s']:>10.1f}{mean['samples_per_s'] / base:>8.2f}{mean['tokens_per_s']:>10.0f}"
+                f"{mean['idle_learner']:>8.2f}{mean['idle_rollout']:>8.2f}{mean['staleness_mean']:>7.2f}{mean['dropped']:>8.0f}  {held}"
+            )
+        print(f"plot: {plot_curves(task, results, out)}; runs and their curves.png under {out}\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

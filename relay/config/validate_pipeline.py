@@ -1,0 +1,33 @@
+"""Checks of the pipeline keys (training.mode, max_staleness, stale_groups, groups_per_call)."""
+
+from __future__ import annotations
+
+from relay.config.schema import Config
+
+MODES = ("sync", "one_step_off", "async")
+STALE_GROUPS = ("drop", "regenerate")
+
+
+def validate_pipeline(cfg: Config) -> list[str]:
+    t, p = cfg.training, []
+    if t.mode not in MODES:
+        p.append(f"training.mode: {t.mode!r} is not one of {list(MODES)}")
+    if t.stale_groups not in STALE_GROUPS:
+        p.append(f"training.stale_groups: {t.stale_groups!r} is not one of {list(STALE_GROUPS)}")
+    if t.max_staleness < 0:
+        p.append(f"training.max_staleness: must be >= 0, got {t.max_staleness}")
+    if t.groups_per_call < 0:
+        p.append(
+            f"training.groups_per_call: must be >= 0 (0: prompts_per_step / rollout workers), got {t.groups_per_call}"
+        )
+    if t.mode == "sync":
+        return p
+    # Overlap needs the engines awake while the learner trains; a step's groups are filtered as they
+    # arrive, not retried in rounds.
+    if cfg.rollout.sleep_while_training:
+        p.append(
+            f"rollout.sleep_while_training: the engines cannot sleep in training.mode={t.mode} (it overlaps them with training)"
+        )
+    if cfg.algorithm.dynamic_sampling:
+        p.append(f"algorithm.dynamic_sampling: supported in training.mode=sync only, not {t.mode}")
+    return p
