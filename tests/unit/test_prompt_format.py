@@ -151,7 +151,11 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
     learner = SimpleNamespace(state=SimpleNamespace(remote=lambda: ({}, {})))
     monkeypatch.setattr(driver, "connect", lambda cfg: None)
     monkeypatch.setattr(
-        driver, "actor_pools", lambda *a: contextlib.nullcontext(SimpleNamespace(learner=learner, critic=None))
+        driver,
+        "actor_pools",
+        lambda *a: contextlib.nullcontext(
+            SimpleNamespace(learner=learner, critic=None, faults=SimpleNamespace(take=dict))
+        ),
     )
     monkeypatch.setattr(driver, "sync_weights", lambda actors, version: None)
     monkeypatch.setattr(driver, "evaluate", fake_evaluate)
