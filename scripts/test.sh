@@ -7,4 +7,5 @@ bash scripts/setup.sh
 # Each test process compiles bytecode once instead of re-reading torch's sources every run.
 export PYTHONDONTWRITEBYTECODE=
 .venv/bin/ruff check --quiet .  # lint (pyproject.toml [tool.ruff]): fails the run before the tests start
-exec .venv/bin/python -m pytest -q "$@"
+# --durations: the slowest tests are named in every CI log, so the default tier's cost stays visible.
+exec .venv/bin/python -m pytest -q --durations=25 "$@"
