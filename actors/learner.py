@@ -21,7 +21,7 @@ from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_h
 from relay.lora import (
     adapters_disabled,
     attach_adapters,
-    engine_state_dict,
+    engine_weights,
     final_folder_writer,
     load_trainable_state,
     trainable_parameters,
@@ -95,7 +95,9 @@ class Learner:
             checkpoint_activations(self.model)
         self.ranks = RankMember()
         self._make_optimizer()
-        self.weights_out = WeightSender(lambda: engine_state_dict(self.model))
+        # What a weight sync sends: the whole (merged) weights, or with model.lora.sync the adapters alone
+        self.adapters_only = cfg.model.lora.sends_adapters(cfg.rollout.engine)
+        self.weights_out = WeightSender(lambda: engine_weights(self.model, self.adapters_only))
         # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
         # set where the work happens. `updates` is the policy's weight version (the driver tags the
         # weights after step N's update as version N) and comes back with a checkpoint.
@@ -114,7 +116,9 @@ class Learner:
         shard_model(self.model, self.cfg.training, self.device)
         self._make_optimizer()  # over the sharded parameters
         # keep_vars: tied weights stay one parameter object, sent once
-        self.weights_out = WeightSender(lambda: engine_state_dict(self.model, keep_vars=True), peer=rank > 0)
+        self.weights_out = WeightSender(
+            lambda: engine_weights(self.model, self.adapters_only, keep_vars=True), peer=rank > 0
+        )
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
         return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)

@@ -8,7 +8,8 @@ so a run with LoRA and a KL term holds one copy of the base weights and no Refer
 What leaves the learner:
 - to the rollout engines: the merged weights under the plain Hugging Face names the engine holds
   (`engine_state_dict`), computed per send from the base weight and the adapter product; the
-  trained model itself is never merged (its adapters keep training);
+  trained model itself is never merged (its adapters keep training); or, to vLLM
+  (model.lora.sync), the adapters alone (`adapter_state_dict`), which vLLM serves on the base;
 - to checkpoints: the adapters only (`trainable_state_dict`); the base comes from model.path;
 - at the end: a peft adapter folder, plus a merged Hugging Face model in `merged/` with
   checkpoint.save_merged (`LoraFolderWriter`).
@@ -127,6 +128,20 @@ def engine_state_dict(model: torch.nn.Module, keep_vars: bool = False) -> dict[s
             else:
                 out[name] = whole(tensor)
     return out
+
+
+def adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters alone, under the names of a peft adapter file (`...q_proj.lora_A.weight`: the
+    adapter's name left out), read through `full`: what a sync sends with model.lora.sync=adapter."""
+    return {
+        name.replace(f".{ADAPTER}.", "."): full(t)
+        for name, t in model.state_dict(keep_vars=True).items()
+        if ".lora_" in name
+    }
+
+
+def engine_weights(model: torch.nn.Module, adapters_only: bool, keep_vars: bool = False) -> dict[str, torch.Tensor]:
+    return adapter_state_dict(model) if adapters_only else engine_state_dict(model, keep_vars)
 
 
 # -- checkpoints: the adapters only ------------------------------------------------------------

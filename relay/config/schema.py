@@ -50,6 +50,14 @@ class LoraConfig:
     # Module names (or name suffixes) to adapt, or ("all-linear",): every linear layer but the output
     # head. Default: the attention and MLP projections of Qwen2 / Llama / Mistral-style models.
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    # What a weight sync sends the rollout engine: "merged" (base + adapters, plain HF names; every
+    # engine), "adapter" (the adapters alone, served by vLLM's LoRA support: a few MB per sync instead
+    # of the whole model), "auto" (adapter on vLLM, merged elsewhere).
+    sync: Literal["auto", "adapter", "merged"] = "auto"
+
+    def sends_adapters(self, engine: str) -> bool:
+        """Whether weight syncs carry the adapters alone (else merged weights)."""
+        return self.rank > 0 and (self.sync == "adapter" or (self.sync == "auto" and engine == "vllm"))
 
 
 @dataclass(frozen=True)

