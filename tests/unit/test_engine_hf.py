@@ -140,7 +140,10 @@ def test_make_engine_branches_pass_options_untouched(monkeypatch, name, module, 
         rollout=RolloutConfig(engine=name, engine_kwargs={"gpu_memory_utilization": 0.5, "any_native": [1]}),
     )
     assert make_engine(cfg, "/resolved") == "built"
-    assert calls == [(("/resolved", "bfloat16", "/t", False), {"gpu_memory_utilization": 0.5, "any_native": [1]})]
+    want = {"gpu_memory_utilization": 0.5, "any_native": [1]}
+    if name == "vllm":  # no LoRA in this config: the engine gets lora=None and serves full weights
+        want = {"lora": None, **want}
+    assert calls == [(("/resolved", "bfloat16", "/t", False), want)]
 
 
 def test_sglang_module_imports_without_sglang_and_names_the_extra():

@@ -9,6 +9,7 @@ import math
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,7 +232,16 @@ def test_wandb_offline_run_read_back(tmp_path):
 
     files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1
-    records = read_wandb_records(Path(files[0]))
+    # W&B's service process writes the file; on a loaded machine (a CI run) its last records can
+    # land a moment after finish() returns, so read until the run's final record is there.
+    deadline = time.monotonic() + 60
+    while True:
+        records = read_wandb_records(Path(files[0]))
+        kinds = [r.WhichOneof("record_type") for r in records]
+        if ("run" in kinds and "exit" in kinds) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "run" in kinds, f"no run record in {files[0]}; record types: {sorted(set(kinds))}"
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert run.project == "relay-test" and run.display_name == "unit-run"
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
