@@ -22,7 +22,7 @@ from actors.pools import actor_pools, connect
 from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
-from actors.weights import sync_weights
+from actors.weights import sleep_engines, sync_weights
 from relay import metric_keys as keys
 from relay.algos import (
     TOKEN_LEVEL_ESTIMATORS,
@@ -122,9 +122,8 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
         if len(kept) >= want * cfg.rollout.n:
             break
     metrics["dapo/tries"] = attempt + 1.0
-    return (
-        kept[: want * cfg.rollout.n] or samples
-    ), metrics  # all groups flat after every try: train on the last batch
+    # all groups flat after every try: train on the last batch
+    return kept[: want * cfg.rollout.n] or samples, metrics
 
 
 def train_step(
@@ -139,7 +138,7 @@ def train_step(
 ) -> dict:
     """One RL step; returns its metrics. With a producer (training.mode one_step_off / async) the
     samples were rolled out while earlier steps trained, and the weight sync is not waited for."""
-    a, timer = cfg.algorithm, PhaseTimer()
+    a, timer, get = cfg.algorithm, PhaseTimer(), actors.faults.get  # get: past its deadline, the run stops
     with timer("step"):
         with timer("rollout"):  # the learner waits for its data here
             samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
@@ -147,7 +146,7 @@ def train_step(
             sample_writer.write(step + 1, samples)
         neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
-            ray.get([w.sleep.remote() for w in actors.rollout])
+            sleep_engines(actors)
         batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
         # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
         # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.
@@ -160,11 +159,12 @@ def train_step(
             old_logprobs = actors.learner.compute_logprobs.remote(batch) if kl_in_reward else None
             values = actors.critic.compute_values.remote(batch) if actors.critic else None
             if actors.reference is not None:
-                batch.ref_logprobs = ray.get(actors.reference.compute_logprobs.remote(batch))
+                ref_logprobs = actors.reference.compute_logprobs.remote(batch)
+                batch.ref_logprobs = get(ref_logprobs, actors.reference, "reference logprobs", long=True)
             if old_logprobs is not None:
-                batch.old_logprobs = ray.get(old_logprobs)
+                batch.old_logprobs = get(old_logprobs, actors.learner, "logprobs", long=True)
             if values is not None:
-                batch.values = ray.get(values)
+                batch.values = get(values, actors.critic, "values", long=True)
         if kl_in_reward:  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, a.kl_estimator)
             kl_mean = masked_mean(kl, batch.loss_mask).item()
@@ -184,10 +184,9 @@ def train_step(
             update_metrics = {}
             if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
                 batch_ref = ray.put(batch)  # pickled once for the learner and the critic
-                updates = [actors.learner.update.remote(batch_ref)] + (
-                    [actors.critic.update.remote(batch_ref)] if actors.critic else []
-                )
-                update_metrics = {k: v for m in ray.get(updates) for k, v in m.items()}
+                trained = [h for h in (actors.learner, actors.critic) if h is not None]
+                updates = get([h.update.remote(batch_ref) for h in trained], trained, "update", long=True)
+                update_metrics = {k: v for m in updates for k, v in m.items()}
         with timer("sync"):
             if producer is None:
                 sync_weights(actors, version=step + 1)
@@ -280,7 +279,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 raise stop.stopped(step + 1)
         eval_after = evaluate(cfg, actors, eval_rows)
         if cfg.checkpoint.save_hf_model:
-            ray.get(actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path))
+            saved = actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path)
+            actors.faults.get(saved, actors.learner, "save_hf", long=True)
     return summarize(state["rewards"], state["eval_before"], eval_after, run_dir)
 
 

@@ -6,14 +6,12 @@ safetensors groups (relay/checkpoint.py). A rank group writes its own shards wit
 torch.distributed.checkpoint into `<step>/<role>/` inside the step's temporary folder, before the
 manifest that marks the checkpoint complete (relay/checkpoint_dcp.py): no rank's weights pass
 through the driver. On a cluster of several nodes that folder must be on a file system every rank
-and the driver share.
+and the driver share. Every call has the deadline resources.update_timeout_s (Supervisor.get).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import ray
 
 from actors.rank_group import RankGroup
 from relay.checkpoint import save_checkpoint
@@ -23,17 +21,18 @@ TRAINED_ROLES = ("learner", "critic")
 
 def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_last_n: int | None) -> Path:
     """The step's checkpoint: `state` (the driver's) plus every trained role's, written atomically."""
-    tensors, sharded = {}, {}
+    tensors, sharded, get = {}, {}, actors.faults.get
     for role in TRAINED_ROLES:
         handle = getattr(actors, role)
         if isinstance(handle, RankGroup):
             sharded[role], state[role] = handle, {"shards": role}
         elif handle is not None:
-            role_tensors, state[role] = ray.get(handle.state.remote())
+            role_tensors, state[role] = get(handle.state.remote(), handle, "checkpoint state", long=True)
             tensors.update(role_tensors)
 
     def write_shards(folder: Path) -> None:
-        ray.get([handle.save_shards.remote(str(folder / role)) for role, handle in sharded.items()])
+        refs = [handle.save_shards.remote(str(folder / role)) for role, handle in sharded.items()]
+        get(refs, list(sharded.values()), "checkpoint shards save", long=True)
 
     return save_checkpoint(
         root, step, tensors, state, keep_last_n=keep_last_n, write_shards=write_shards if sharded else None
@@ -48,11 +47,12 @@ def load_training_checkpoint(actors, path: Path, groups: dict, state: dict) -> N
         if handle is None or meta is None:
             continue
         if "shards" in meta:
-            ray.get(handle.load_shards.remote(str(Path(path) / meta["shards"])))
+            shards = str(Path(path) / meta["shards"])
+            actors.faults.get(handle.load_shards.remote(shards), handle, "checkpoint load", long=True)
         elif isinstance(handle, RankGroup):
             raise ValueError(
                 f"{path}: the {role} was saved by one actor (safetensors); a rank group resumes only from "
                 f"sharded checkpoints: resume with resources.{role}.count=1"
             )
         else:
-            ray.get(handle.load_state.remote(groups, meta))
+            actors.faults.get(handle.load_state.remote(groups, meta), handle, "checkpoint load", long=True)

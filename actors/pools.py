@@ -279,7 +279,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     so one Ray session can hold several runs (tests, Tune trials)."""
     res, groups, roles = cfg.resources, [], actor_roles(cfg)
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
-    actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s)
+    actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
     # A restarted rollout worker could not rejoin a broadcast weight group: with one, rollout workers are not restarted.
     restarts, rollout_restarts = res.max_restarts, 0 if uses_broadcast(res) else res.max_restarts
     try:
@@ -308,11 +308,14 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             handles = create_group(
                 RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(rm)), groups
             )
-            actors.reward_model = RewardModelPool(cfg, handles)
+            actors.reward_model = RewardModelPool(cfg, handles, actors.faults)
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep
         roles = ", ".join(f"{role} x{len(handles)}" for role, handles in actors.by_role().items())
+        actors.faults.names = {
+            h._actor_id: f"{run_name}/{r}-{i}" for r, hs in actors.by_role().items() for i, h in enumerate(hs)
+        }
         with phase(f"starting actors and loading the model ({roles})"):
             ray.get([pg.ready() for pg in groups], timeout=600)  # every role placed (a GetTimeoutError if not)
             ray.get(

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-import ray
 import torch
 
+from actors.supervision import Supervisor
 from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
@@ -47,8 +47,12 @@ class RewardModelPool:
     """The driver's handle on the RewardModel actors: the running score statistics live here, so
     every actor's scores are normalised alike."""
 
-    def __init__(self, cfg: Config, handles: list):
+    def __init__(self, cfg: Config, handles: list, faults: Supervisor | None = None):
         self.cfg, self.handles = cfg.reward_model, handles
+        # scoring's deadline (resources.update_timeout_s): a hung reward model stops the run, resumable
+        self.faults = faults or Supervisor(
+            cfg.resources.call_timeout_s, update_timeout_s=cfg.resources.update_timeout_s
+        )
         self.norm = RunningMeanStd() if self.cfg.normalize else None
         # the task's reward function combines rm_score itself: called here, after the reward model
         self.combiner = Scorer(resolve_dotted(cfg.task.reward_fn_path)) if takes_rm_score(cfg) else None
@@ -58,7 +62,9 @@ class RewardModelPool:
         """Score `samples` on the actors, write each one's combined reward; the rm/* metrics."""
         start, k = time.perf_counter(), len(self.handles)
         shards = [samples[i::k] for i in range(k)]
-        results = ray.get([h.score.remote(shard) for h, shard in zip(self.handles, shards) if shard])
+        busy = [(h, shard) for h, shard in zip(self.handles, shards) if shard]
+        refs = [h.score.remote(shard) for h, shard in busy]
+        results = self.faults.get(refs, [h for h, _ in busy], "reward model scores", long=True)
         scores: list[float | None] = [None] * len(samples)
         errors: list[str | None] = [None] * len(samples)
         for i, (shard_scores, shard_errors) in enumerate(results):

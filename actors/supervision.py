@@ -15,10 +15,15 @@ seeded by (run, step, worker), so the redone shard samples what the lost call wo
 calls and scoring are pure; environment steps are redone as a whole shard, since the episodes'
 environments died with their pool).
 
+The learner, reference, critic and reward model are not restarted (their state is the run's):
+their calls go through `Supervisor.get`, whose deadline kills the hung actor for good and stops
+the run as a dead learner does (ActorLost: the last checkpoint, `--resume`, `resources.auto_resume`).
+
 A caller that waits past a call's deadline kills the actor, so deadlines must never fire on a
-healthy run: `resources.call_timeout_s` (environment, tool, scoring and weight calls) and
+healthy run: `resources.call_timeout_s` (environment, tool, scoring and weight calls),
 `resources.rollout_timeout_s` (a whole rollout shard; also the wait for a restarted actor, whose
-constructor may load a model) default to generous values.
+constructor may load a model) and `resources.update_timeout_s` (a model's pass over the whole
+batch, an update, a checkpoint) default to generous values.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
+from actors.lora_reference import LearnerAsReference
+from actors.rank_group import RankGroup
 from relay.failures import ActorLost
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
@@ -79,8 +86,15 @@ class Supervisor:
     """Makes the calls, counts the faults. One per process that calls actors (the driver, and
     each rollout worker for its environment and tool calls)."""
 
-    def __init__(self, timeout_s: float, rollout_timeout_s: float = 3600.0, log: Callable[[str], None] | None = None):
-        self.timeout_s, self.rollout_timeout_s = timeout_s, rollout_timeout_s
+    def __init__(
+        self,
+        timeout_s: float,
+        rollout_timeout_s: float = 3600.0,
+        log: Callable[[str], None] | None = None,
+        update_timeout_s: float = 3600.0,
+    ):
+        self.timeout_s, self.rollout_timeout_s, self.update_timeout_s = timeout_s, rollout_timeout_s, update_timeout_s
+        self.names: dict = {}  # actor id -> "<run>/<role>-<i>", for the log line of a hung call
         # (a ref to the learner's payload, or a function that makes one; its version): what the
         # rollout workers hold, re-sent through the object store to one that restarted
         self.weights: tuple[object, int] | None = None
@@ -142,6 +156,33 @@ class Supervisor:
                 refs[i], sent[i] = call.submit(), time.monotonic()
             results.append(result)
         return results
+
+    # -- roles that are not restarted: learner, reference, critic, reward model
+
+    def get(self, refs, handles, what: str, long: bool = False):
+        """ray.get(refs) within the deadline (`long`: resources.update_timeout_s, else call_timeout_s)."""
+        self.wait(refs, handles, what, long)
+        return ray.get(refs)
+
+    def wait(self, refs, handles, what: str, long: bool = False) -> None:
+        """Wait until `refs` (one ref, or a list made by `handles`, one handle each) are done, without
+        fetching them here (a weight payload stays in the object store). Past the deadline the actors
+        of the calls still running are killed for good (a hung synchronous method cannot be cancelled)
+        and ActorLost stops the run as their death would: the last checkpoint and `--resume` are
+        printed, and `resources.auto_resume` resumes from it. Errors of finished calls raise in get."""
+        refs, handles = (refs, handles) if isinstance(refs, list) else ([refs], [handles])
+        timeout, key = (self.update_timeout_s, "update_timeout_s") if long else (self.timeout_s, "call_timeout_s")
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+        if not pending:
+            return
+        hung = list({a._actor_id: a for r, h in zip(refs, handles) if r in pending for a in role_actors(h)}.values())
+        names = ", ".join(self.names.get(a._actor_id, f"actor {a._actor_id.hex()[:8]}") for a in hung)
+        line = f"{names} {what}: no answer within {timeout:g}s (resources.{key})"
+        self.count("timeouts")
+        self.log(f"relay: fault: {line}; killing it, the run stops")
+        for actor in hung:
+            ray.kill(actor, no_restart=True)
+        raise ActorLost(f"{line}; killed")
 
     def _recover(self, call: Call, attempt: int, why: str) -> None:
         """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
@@ -271,6 +312,13 @@ class EnvPoolCalls:
             raise ShardLost(
                 f"{self.what} {what}: the pool restarted between calls; redoing the shard", self.faults.take()
             ) from None
+
+
+def role_actors(handle) -> list:
+    """The Ray actors behind a role's handle: a rank group's ranks; a LoRA run's reference is its learner."""
+    if isinstance(handle, LearnerAsReference):
+        handle = handle.learner
+    return list(handle.ranks) if isinstance(handle, RankGroup) else [handle]
 
 
 def _process_id(actor) -> int:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import ray
 import torch
 
+from actors.supervision import Call
 from relay.shared_weights import SharedWeights, SharedWeightsHandle
 from relay.signed_store import SECRET_BYTES
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
@@ -148,6 +149,17 @@ class WeightReceiver:
 # -- driver side ------------------------------------------------------------------------------
 
 
+def sleep_engines(actors) -> None:
+    """Free the rollout engines' GPU memory while the learner trains (the weight sync wakes them);
+    a worker that died or hung is replaced and put to sleep, with the deadline resources.call_timeout_s."""
+    faults = actors.faults
+    calls = [  # a replacement has lost the shared-memory buffers: it gets the weights by object store first
+        Call(w, lambda w=w: w.sleep.remote(), f"rollout-{i} sleep", on_restart=lambda w=w: faults.resend_weights(w))
+        for i, w in enumerate(actors.rollout)
+    ]
+    faults.get_all(calls)
+
+
 def uses_broadcast(resources) -> bool:
     """resources.weight_sync auto: broadcast when both roles hold whole GPUs (NCCL cannot put two
     ranks on one GPU, so shared GPUs go through the object store and the engine's in-place load)."""
@@ -197,17 +209,23 @@ def open_shared_memory(learner, workers: list, tag: str) -> list[bool]:
 
 def sync_weights(actors, version: int) -> float:
     """The learner's weights to every rollout worker, tagged `version`; returns the seconds it took.
-    Object-store loads have deadlines and are redone on a restarted worker (actors.faults)."""
-    start = time.perf_counter()
-    if actors.weight_broadcast:
-        ray.get(start_weight_sync(actors, version))
+    The learner's part has a deadline (resources.call_timeout_s: past it, the learner is killed and
+    the run stops, resumable; actors.faults.wait) before any worker waits on it; object-store loads
+    are redone on a restarted worker, other loads stop the run past their deadline."""
+    start, faults, learner, workers = time.perf_counter(), actors.faults, actors.learner, actors.rollout
+    if actors.weight_broadcast:  # one collective: the learner and every worker (not restarted) at once
+        faults.get(start_weight_sync(actors, version), [learner, *workers], "weight broadcast")
         return time.perf_counter() - start
-    loads, on_store = _shared_memory_loads(actors, version)
+    written, readers, on_store = _shared_memory_senders(actors, version)
+    weights = learner.get_weights.remote() if on_store else None  # put once, read by each
+    sent = [r for r in (written, weights) if r is not None]
+    faults.wait(sent, [learner] * len(sent), "weights")
+    loads = [w.load_shared_weights.remote(written, version) for w in readers]
     if on_store:
-        actors.faults.send_weights(on_store, actors.learner.get_weights.remote(), version)
+        faults.send_weights(on_store, weights, version)
     else:  # a worker that restarts is sent them through the object store
-        actors.faults.weights = (actors.learner.get_weights.remote, version)
-    ray.get(loads)
+        faults.weights = (learner.get_weights.remote, version)
+    faults.get(loads, readers, "shared-memory weight load")
     return time.perf_counter() - start
 
 
@@ -217,20 +235,19 @@ def start_weight_sync(actors, version: int) -> list:
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
         return [learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]]
-    loads, on_store = _shared_memory_loads(actors, version)
+    written, readers, on_store = _shared_memory_senders(actors, version)
+    loads = [w.load_shared_weights.remote(written, version) for w in readers]
     weights = learner.get_weights.remote() if on_store else learner.get_weights.remote  # put once, read by each
     actors.faults.weights = (weights, version)  # what a restarted worker is sent
     return loads + [w.update_weights.remote(weights, version) for w in on_store]
 
 
-def _shared_memory_loads(actors, version: int) -> tuple[list, list]:
-    """The loads of the workers that read the learner's shared-memory buffer (the load waits for the
-    learner's write: its ref is the argument), and the workers that need the object store instead."""
+def _shared_memory_senders(actors, version: int) -> tuple[object, list, list]:
+    """The learner's write into its shared-memory buffer (a ref, None when no worker reads it), the
+    workers that read it (each load waits for the write: its ref is the argument), and the workers
+    that need the object store instead."""
     learner, workers = actors.learner, actors.rollout
     mapped = actors.shared_weights or [False] * len(workers)
     shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
-    loads = []
-    if any(shared):
-        written = learner.publish_shared_weights.remote(version)
-        loads = [w.load_shared_weights.remote(written, version) for w, on in zip(workers, shared) if on]
-    return loads, [w for w, on in zip(workers, shared) if not on]
+    written = learner.publish_shared_weights.remote(version) if any(shared) else None
+    return written, [w for w, on in zip(workers, shared) if on], [w for w, on in zip(workers, shared) if not on]

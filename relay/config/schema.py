@@ -301,9 +301,13 @@ class ResourcesConfig:
     # is redone on the replacement. A call past its deadline kills its actor (then restarted):
     # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a
     # whole rollout shard and for a restarted actor to answer. Both far above a healthy call's time.
+    # update_timeout_s: the learner's, reference's, critic's and reward model's passes over the whole
+    # batch (logprobs, values, scores, the updates) and checkpoint save/load; past it the actor is
+    # killed and the run stops as if it had died (last checkpoint, --resume, auto_resume).
     max_restarts: int = 3
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
+    update_timeout_s: float = 3600.0
     # A learner rank (or an actor out of restarts) that dies ends the run with its last checkpoint
     # and the --resume command; auto_resume: N resumes from that checkpoint up to N times, in the driver.
     auto_resume: int = 0

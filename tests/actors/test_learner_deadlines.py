@@ -1,0 +1,154 @@
+"""Deadlines on the driver's calls to the roles Ray does not restart (learner, reference, critic,
+reward model): a call that hangs past its deadline kills the actor (every rank of a rank group)
+for good, is counted and logged, and stops the run as ActorLost, the path a dead learner takes
+(the last checkpoint and the --resume command; resources.auto_resume resumes from it).
+
+The hung actors are real Ray actors whose method sleeps far longer than the test runs."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from actors.checkpoints import save_training_checkpoint
+from actors.lora_reference import LearnerAsReference
+from actors.rank_group import RankGroup
+from actors.reward_model import RewardModelPool
+from actors.supervision import Supervisor, wait_restarted
+from relay.config import load_config
+from relay.failures import ActorLost
+from relay.types import Sample
+
+HANG_S = 300.0  # a hung call; every deadline here is a few seconds
+DEADLINE_S = 3.0
+
+
+def slow_learner():
+    """Made in a function: Ray pickles it by value (the workers cannot import this test module)."""
+
+    class SlowLearner:
+        """Learner-like: `update` hangs when told to, the other calls answer at once (or raise)."""
+
+        def __init__(self, hang_in: str = "update"):
+            self.hang_in = hang_in
+
+        def _maybe_hang(self, method: str) -> None:
+            if method == self.hang_in:
+                time.sleep(HANG_S)
+
+        def update(self, batch):
+            self._maybe_hang("update")
+            return {"actor/loss": 0.5}
+
+        def compute_logprobs(self, batch):
+            if batch == "bad":
+                raise ValueError("a programming error in the learner")
+            return [0.0]
+
+        def compute_ref_logprobs(self, batch):
+            self._maybe_hang("compute_ref_logprobs")
+            return [0.0]
+
+        def state(self):
+            self._maybe_hang("state")
+            return {}, {}
+
+        def score(self, samples):
+            self._maybe_hang("score")
+            return [1.0] * len(samples), [None] * len(samples)
+
+    return SlowLearner
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-deadlines", log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def supervisor(lines: list) -> Supervisor:
+    return Supervisor(60.0, log=lines.append, update_timeout_s=DEADLINE_S)
+
+
+def make(hang_in: str = "update"):
+    # max_restarts as a restartable role has: the deadline's kill must still be for good
+    return ray.remote(slow_learner()).options(num_cpus=0.1, max_restarts=3).remote(hang_in)
+
+
+def is_dead(actor) -> bool:
+    return not wait_restarted(actor, 5.0)
+
+
+def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(ray_local):
+    lines, learner = [], make()
+    faults = supervisor(lines)
+    faults.names = {learner._actor_id: "run/learner-0"}
+    assert faults.get(learner.compute_logprobs.remote("batch"), learner, "logprobs", long=True) == [0.0]
+    with pytest.raises(ValueError, match="programming error"):  # an error is not a hang: it raises as it is
+        faults.get(learner.compute_logprobs.remote("bad"), learner, "logprobs", long=True)
+    assert not any(faults.take().values())
+
+    start = time.monotonic()
+    with pytest.raises(ActorLost) as lost:
+        faults.get([learner.update.remote("batch")], [learner], "update", long=True)
+    assert time.monotonic() - start < HANG_S  # returned before the hang would have ended
+    assert (
+        str(lost.value)
+        == f"run/learner-0 update: no answer within {DEADLINE_S:g}s (resources.update_timeout_s); killed"
+    )
+    assert lines == [
+        f"relay: fault: run/learner-0 update: no answer within {DEADLINE_S:g}s (resources.update_timeout_s); "
+        "killing it, the run stops"
+    ]
+    assert faults.take()["faults/timeouts"] == 1.0
+    assert is_dead(learner)  # killed for good: not restarted despite its max_restarts
+
+
+def test_only_the_actors_of_the_calls_still_running_are_killed_every_rank_of_a_group(ray_local):
+    faults = supervisor([])
+    critic, ranks = make(hang_in="none"), [make(), make()]
+    learner = RankGroup(ranks)
+    updates = [learner.update.remote("batch"), critic.update.remote("batch")]
+    with pytest.raises(ActorLost, match="update: no answer"):
+        faults.get(updates, [learner, critic], "update", long=True)
+    assert all(is_dead(rank) for rank in ranks) and not is_dead(critic)
+    ray.kill(critic)
+
+
+def test_a_lora_reference_hangs_in_its_learner_and_the_learner_is_killed(ray_local):
+    faults, learner = supervisor([]), make(hang_in="compute_ref_logprobs")
+    reference = LearnerAsReference(learner)
+    with pytest.raises(ActorLost, match="reference logprobs"):
+        faults.get(reference.compute_logprobs.remote("batch"), reference, "reference logprobs", long=True)
+    assert is_dead(learner)
+
+
+def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(ray_local, tmp_path):
+    faults, learner = supervisor([]), make(hang_in="state")
+    actors = SimpleNamespace(learner=learner, critic=None, faults=faults)
+    with pytest.raises(ActorLost, match="checkpoint state"):
+        save_training_checkpoint(actors, tmp_path / "checkpoints", 1, {"step": 1}, keep_last_n=2)
+    assert is_dead(learner) and not list((tmp_path / "checkpoints").glob("step_*"))  # nothing half-written
+
+    judge = make(hang_in="score")
+    pool = RewardModelPool(load_config(None, ["reward_model.path=tiny-rm"]), [judge], faults)
+    with pytest.raises(ActorLost, match="reward model scores"):
+        pool.score([Sample(prompt_ids=[1], response_ids=[2], loss_mask=[1])])
+    assert is_dead(judge) and faults.take()["faults/timeouts"] == 2.0
+
+
+def test_the_update_deadline_is_validated():
+    from relay.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["resources.update_timeout_s=0"])
+    assert [p for p in e.value.problems if "update_timeout_s" in p] == [
+        "resources.update_timeout_s: must be > 0, got 0"
+    ]
