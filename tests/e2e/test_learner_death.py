@@ -1,10 +1,13 @@
-"""A learner killed mid-run: the run names its last complete checkpoint and the --resume command,
-and with resources.auto_resume=1 goes on from that checkpoint in the same driver to the end."""
+"""A learner killed mid-run, or hung past its deadline: the run names its last complete checkpoint
+and the --resume command, and with resources.auto_resume=1 goes on from that checkpoint in the same
+driver to the end."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import pytest
 import ray
@@ -14,6 +17,7 @@ from relay.checkpoint import latest_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 STEPS = 4
+UPDATE_TIMEOUT_S = 20.0  # far above a healthy tiny-model update or checkpoint on a loaded 2-core machine
 
 
 def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, monkeypatch, capsys):
@@ -50,3 +54,43 @@ def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, mo
     assert re.fullmatch(f"step_0*{STEPS}", latest_checkpoint(run_dir / "checkpoints").name)
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 2, 3, 4]  # step 2 ran again from checkpoint 1: logged twice, trained once
+
+
+def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_continues(
+    tmp_path, monkeypatch, capsys
+):
+    """The learner's process stopped (SIGSTOP) after step 3 is logged: step 4's update hangs, its
+    deadline (resources.update_timeout_s) kills the learner, and the run resumes from checkpoint 2."""
+    stopped, original = [], driver.train
+
+    def hang_the_learner_once(step, metrics):
+        if step == 3 and not stopped:
+            learner = ray.get_actor("learner-hang/learner-0", namespace="relay")
+            stopped.append(ray.get(learner.__ray_call__.remote(lambda self: os.getpid())))
+            os.kill(stopped[0], signal.SIGSTOP)
+
+    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
+    argv = [
+        f"run.output_dir={tmp_path}",
+        "run.name=learner-hang",
+        f"training.steps={STEPS}",
+        "training.prompts_per_step=4",
+        "rollout.n=4",
+        "task.num_eval_rows=4",
+        "checkpoint.every=2",
+        "checkpoint.save_hf_model=false",
+        "logging.console=false",
+        "resources.auto_resume=1",
+        f"resources.update_timeout_s={UPDATE_TIMEOUT_S}",
+    ]
+    assert driver.main(argv) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "learner-hang"
+    assert len(stopped) == 1
+    hung = f"learner-hang/learner-0 update: no answer within {UPDATE_TIMEOUT_S:g}s (resources.update_timeout_s)"
+    assert f"relay: fault: {hung}; killing it, the run stops" in out
+    assert f"an actor died: {hung}; killed; last complete checkpoint {run_dir / 'checkpoints'}" in out
+    assert "auto_resume 1/1: resuming learner-hang in this driver" in out
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 3, 4]  # steps 3 and 4 redone from checkpoint 2
+    assert re.fullmatch(f"step_0*{STEPS}", latest_checkpoint(run_dir / "checkpoints").name)

@@ -63,9 +63,10 @@ def test_new_keys_are_validated():
                 "resources.max_restarts=-2",
                 "resources.call_timeout_s=0",
                 "resources.rollout_timeout_s=-1",
+                "resources.update_timeout_s=0",
                 "resources.auto_resume=-1",
             ],
         )
     text = "\n".join(e.value.problems)
-    for key in ("max_restarts", "call_timeout_s", "rollout_timeout_s", "auto_resume"):
+    for key in ("max_restarts", "call_timeout_s", "rollout_timeout_s", "update_timeout_s", "auto_resume"):
         assert f"resources.{key}" in text
