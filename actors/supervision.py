@@ -48,7 +48,7 @@ ATTEMPTS_PER_CALL = 4
 
 # Counted events (metrics `faults/<name>`, per step; Supervisor.totals over the run):
 #   actor_errors    calls whose actor died or restarted under them
-#   timeouts        calls past their deadline (the actor was then killed and restarted)
+#   timeouts        calls past their deadline (the actor was then killed: restarted, or for good in `get`)
 #   restarts        replacements a caller waited for and used (each time one came back)
 #   retried_shards  rollout shards redone (same prompts, same seed) on a replacement
 #   retried_calls   other calls redone (tool batches, scoring, weight loads)

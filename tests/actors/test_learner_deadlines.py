@@ -79,7 +79,9 @@ def supervisor(lines: list) -> Supervisor:
 
 def make(hang_in: str = "update"):
     # max_restarts as a restartable role has: the deadline's kill must still be for good
-    return ray.remote(slow_learner()).options(num_cpus=0.1, max_restarts=3).remote(hang_in)
+    actor = ray.remote(slow_learner()).options(num_cpus=0.1, max_restarts=3).remote(hang_in)
+    ray.get(actor.__ray_ready__.remote())  # started: a deadline of a few seconds never covers a slow start
+    return actor
 
 
 def is_dead(actor) -> bool:
