@@ -171,6 +171,8 @@ class Supervisor:
         and ActorLost stops the run as their death would: the last checkpoint and `--resume` are
         printed, and `resources.auto_resume` resumes from it. Errors of finished calls raise in get."""
         refs, handles = (refs, handles) if isinstance(refs, list) else ([refs], [handles])
+        if not refs:  # e.g. no rollout worker reads the shared-memory weights
+            return
         timeout, key = (self.update_timeout_s, "update_timeout_s") if long else (self.timeout_s, "call_timeout_s")
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
         if not pending:

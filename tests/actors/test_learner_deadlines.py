@@ -95,6 +95,7 @@ def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(ra
     assert faults.get(learner.compute_logprobs.remote("batch"), learner, "logprobs", long=True) == [0.0]
     with pytest.raises(ValueError, match="programming error"):  # an error is not a hang: it raises as it is
         faults.get(learner.compute_logprobs.remote("bad"), learner, "logprobs", long=True)
+    assert faults.get([], [], "nothing to wait for") == []
     assert not any(faults.take().values())
 
     start = time.monotonic()
