@@ -200,7 +200,8 @@ def sync_weights(actors, version: int) -> float:
     Object-store loads have deadlines and are redone on a restarted worker (actors.faults)."""
     start = time.perf_counter()
     if actors.weight_broadcast:
-        ray.get(start_weight_sync(actors, version))
+        learner_refs, loads = start_weight_sync(actors, version)
+        ray.get([*learner_refs, *loads])
         return time.perf_counter() - start
     loads, on_store = _shared_memory_loads(actors, version)
     if on_store:
@@ -211,16 +212,23 @@ def sync_weights(actors, version: int) -> float:
     return time.perf_counter() - start
 
 
-def start_weight_sync(actors, version: int) -> list:
-    """sync_weights without the wait: the refs of the calls that finish it. A worker busy with
-    rollout calls loads the weights after them (actors run their calls in order)."""
+def start_weight_sync(actors, version: int) -> tuple[list, list]:
+    """sync_weights without the wait: the refs of the learner's calls, and of each rollout worker's
+    load in worker order (a caller tells a worker that died under its load from a learner that
+    failed). A worker busy with rollout calls loads the weights after them (calls run in order)."""
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
-        return [learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]]
-    loads, on_store = _shared_memory_loads(actors, version)
-    weights = learner.get_weights.remote() if on_store else learner.get_weights.remote  # put once, read by each
+        return [learner.broadcast_weights.remote()], [w.receive_weights.remote(version) for w in workers]
+    mapped = actors.shared_weights or [False] * len(workers)
+    shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
+    written = learner.publish_shared_weights.remote(version) if any(shared) else None
+    weights = learner.get_weights.remote() if not all(shared) else learner.get_weights.remote  # put once
     actors.faults.weights = (weights, version)  # what a restarted worker is sent
-    return loads + [w.update_weights.remote(weights, version) for w in on_store]
+    loads = [
+        w.load_shared_weights.remote(written, version) if on else w.update_weights.remote(weights, version)
+        for w, on in zip(workers, shared)
+    ]
+    return [written] if written is not None else [], loads
 
 
 def _shared_memory_loads(actors, version: int) -> tuple[list, list]:
