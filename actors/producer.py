@@ -6,10 +6,10 @@ already given to it and reach it between two calls, so every call runs on one we
 its samples record it. The driver never waits for a sync; it waits only in `take`, for data.
 
 Faults (issue 14, item 6): a worker that dies fails every call queued on it. The first such failure
-waits for Ray's replacement and re-sends it the current weights (actors/supervision.py); each lost
-call is then sent again, with the same prompts, group indices and seed, to the replacement. Its
-groups stay "in flight" in the buffer meanwhile, so they are neither counted twice nor trained
-twice. A call answered from a fresh state (a replacement that ran it before its weights came
+waits for Ray's replacement and re-sends it the current weights (actors/supervision.py); the groups
+of each lost call that had not come back are then sent again, with their prompts, group indices
+and seed, to the replacement. They stay "in flight" in the buffer meanwhile, so they are neither
+counted twice nor trained twice. A call answered from a fresh state (a replacement that ran it before its weights came
 back: samples on another version than the call was made on) is redone the same way. Counted as
 faults/actor_errors, faults/restarts and faults/retried_shards; worker-side faults (environment
 pools, tool executors) come back in each call's metrics and are counted too.
@@ -18,7 +18,7 @@ pools, tool executors) come back in each call's metrics and are counted too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -48,6 +48,7 @@ class RolloutCall:
     version: int  # the weights the worker holds when it runs the call
     life: int  # the worker's restarts the producer had seen when it sent the call
     attempt: int = 1
+    received: set[int] = field(default_factory=set)  # positions in `rows` of the groups already back
 
 
 class RolloutProducer:
@@ -77,7 +78,7 @@ class RolloutProducer:
         workers = len(actors.rollout)
         self.per_call = t.prompts_per_step // workers if one_step_off or not t.groups_per_call else t.groups_per_call
         self.version = start_step  # the newest weights sent to the workers
-        self.calls: dict = {}  # ref -> RolloutCall
+        self.calls: dict = {}  # the stream of each call in flight -> RolloutCall
         self.lives = [0] * workers  # restarts of each worker the producer has recovered from
         self.redo: list[tuple[int, dict]] = []  # (group index, prompt row) of stale groups drawn again
         self.rows: dict[int, dict] = {}  # prompt row of every group started and not yet trained
@@ -117,26 +118,36 @@ class RolloutProducer:
             room -= size
 
     def _send(self, call: RolloutCall) -> None:
-        # The worker numbers the groups 0..k-1; _receive maps them back to the buffer's indices.
-        ref = self.actors.rollout[call.worker].rollout.remote(call.rows, call.seed_round, first_group_id=0)
-        self.calls[ref] = call
+        # A stream: each group comes back as soon as its episodes end (continuous batching). The
+        # worker numbers the groups 0..k-1 by position in `rows`; _receive maps them to the buffer's.
+        worker = self.actors.rollout[call.worker]
+        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0)
+        self.calls[stream] = call
 
-    def _receive(self, ref) -> None:
-        call = self.calls.pop(ref)
-        faults = self.actors.faults
+    def _receive(self, stream) -> None:
+        """The next group of a call in flight; a call whose stream ended leaves `calls`."""
+        call, faults = self.calls[stream], self.actors.faults
         try:
-            samples, metrics = ray.get(ref)
+            samples, metrics = ray.get(next(stream))
+        except StopIteration:
+            del self.calls[stream]
+            return None
         except ShardLost as lost:  # the worker's environment pool died under the episodes
+            del self.calls[stream]
             faults.add(getattr(lost, "cause", lost).counts)
             return self._redo(call, f"its environment pool was lost ({lost})")
         except RayActorError as e:
+            del self.calls[stream]
             faults.count("actor_errors")
             self._recover(call, type(e).__name__)
             return self._redo(call, "the worker died under it")
         if any(s.weight_version != call.version for s in samples):
-            # a replacement ran it on the weights it was built with, before they were re-sent
+            # a replacement ran it on the weights it was built with, before they were re-sent (the
+            # rest of its stream too: it is left unread)
+            del self.calls[stream]
             self._recover(call, "restarted")
             return self._redo(call, "a restarted worker ran it before its weights were re-sent")
+        call.received.update(s.group_id for s in samples)
         for s in samples:
             s.group_id = call.indices[s.group_id]
         faults.add({k: v for k, v in metrics.items() if k.startswith("faults/")})  # env and tool faults
@@ -144,6 +155,7 @@ class RolloutProducer:
             self.score_metrics[key] = self.score_metrics.get(key, 0.0) + value
         self.finished.append(metrics)
         self.buffer.put(samples)
+        return None
 
     def _recover(self, call: RolloutCall, why: str) -> None:
         """Once per restart of a worker (every call queued on it fails): wait for Ray's replacement,
@@ -162,10 +174,12 @@ class RolloutProducer:
             raise ActorLost(f"rollout-{call.worker}: a rollout call failed {call.attempt} times in a row ({why})")
         self.actors.faults.count("retried_shards")
         self.actors.faults.log(
-            f"relay: fault: rollout-{call.worker} rollout call of groups {call.indices}: {why}; redoing it"
+            f"relay: fault: rollout-{call.worker} rollout call of groups {call.indices}: {why}; redoing those not back"
         )
+        left = [k for k in range(len(call.rows)) if k not in call.received]  # the groups not yet back
+        indices, rows = [call.indices[k] for k in left], [call.rows[k] for k in left]
         life, version = self.lives[call.worker], self.version
-        self._send(RolloutCall(call.worker, call.indices, call.rows, call.seed_round, version, life, call.attempt + 1))
+        self._send(RolloutCall(call.worker, indices, rows, call.seed_round, version, life, call.attempt + 1))
 
     # -- consumer -----------------------------------------------------------------------------
 
