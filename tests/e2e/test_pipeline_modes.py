@@ -90,8 +90,10 @@ def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_p
 
     monkeypatch.setattr(RolloutProducer, "take", take_then_kill)
     reported = []
-    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=1", "run.name=kill"]
-    run(tmp_path, [*mode, "resources.rollout.count=2"], report=lambda step, m: reported.append(m))
+    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2", "run.name=kill"]
+    # calls of 2 groups, one group live at a time (rollout.n=4): a stream may be half back when killed
+    streams = ["rollout.max_live_episodes=4", "resources.rollout.count=2"]
+    run(tmp_path, [*mode, *streams], report=lambda step, m: reported.append(m))
     assert [step for step, _ in batches] == [0, 1, 2, 3]
     for step, samples in batches:
         assert all(0 <= step - s.weight_version <= 1 for s in samples), step
