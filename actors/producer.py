@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, wait_restarted
 from actors.weights import start_weight_sync
@@ -166,8 +166,11 @@ class RolloutProducer:
         if not wait_restarted(worker, self.cfg.resources.rollout_timeout_s):
             raise ActorLost(f"rollout-{call.worker}: the worker is gone ({why}, and no replacement answered)")
         faults.count("restarts")
-        faults.resend_weights(worker)  # the current version; from now on through the object store
         self.lives[call.worker] += 1
+        try:
+            faults.resend_weights(worker)  # the current version; from now on through the object store
+        except (RayActorError, GetTimeoutError) as e:  # died again: the redone call meets it and recovers
+            faults.log(f"relay: fault: rollout-{call.worker}: re-sending its weights failed ({type(e).__name__})")
 
     def _redo(self, call: RolloutCall, why: str) -> None:
         if call.attempt >= ATTEMPTS_PER_CALL:
