@@ -70,3 +70,24 @@ def test_a_limited_stream_makes_the_episodes_one_batch_makes(tok):
     assert refilled == whole and [g for g, *_ in whole] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert [len(b) for b in whole_batches] == [8, 8, 4, 2]  # the slowest episode holds the last calls
     assert max(len(b) for b in refilled_batches) == 2 and len(refilled_batches) == 4 + 2 + 2 + 3
+
+
+def test_environment_episodes_stream_and_each_is_closed_once(tok):
+    """Environment episodes (EnvRunner, in process) under a cap of 2 live: an episode that hits
+    an environment error ends its group early, the next row starts in its place, and every
+    episode's environment is reset once and handed back once (env_close per finished group)."""
+    from relay.envs.base import EnvRunner
+    from tests.unit.test_agent_loop import Flaky, env_loop
+
+    runner, resets, closes = EnvRunner(Flaky), [], []
+    reset, close = runner.reset, runner.close
+    runner.reset = lambda ids, rows: resets.append(list(ids)) or reset(ids, rows)
+    runner.close = lambda ids: closes.append(list(ids)) or close(ids)
+    engine = ScriptedEngine(tok, lambda turn, text: f"act{turn}" + EOS)
+    rows = [{"explode": True}, {"explode": False}, {"explode": False}]
+    groups = list(env_loop(engine, tok, runner).stream(rows, SamplingParams(), n=1, max_live=2))
+    assert [g[0].group_id for g in groups] == [0, 1, 2]  # row 0 fails at its 2nd step, row 2 takes its place
+    assert [g[0].finish_reason for g in groups] == ["env_error", "stop", "stop"]
+    assert resets == [["ep-0-0", "ep-1-0"], ["ep-2-0"]]
+    assert sorted(i for ids in closes for i in ids) == ["ep-0-0", "ep-1-0", "ep-2-0"]
+    assert runner.live == {}
