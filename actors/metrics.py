@@ -14,6 +14,8 @@ and for this module; absent keys are skipped, so a run without tools records not
     rollout/tokens_per_s/<worker>                   gauge, worker=<worker> (one per rollout worker)
     time/step_s, time/sync_s                        histograms (and gauges of the last value)
     weights/version, weights/staleness              gauges
+    rollout/queue_depth, rollout/in_flight          gauges: the async pipeline's buffer (training.mode
+                                                    one_step_off / async; a sync run has no buffer)
     tools/calls / time/rollout_s                    gauge: tool calls per second of the rollout phase
     tools/errors                                    counter (errors this step are added)
 """
@@ -48,10 +50,14 @@ METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
     "weight_sync_seconds_last": (Gauge, "Wall time of the last learner -> rollout weight sync", ()),
     "weights_version": (Gauge, "Policy weight version after the step", ()),
     "staleness": (Gauge, "Policy version the update used minus the batch's (oldest) weight version", ()),
+    "queue_depth": (Gauge, "Finished groups waiting in the async pipeline's buffer after the step took its batch", ()),
+    "groups_in_flight": (Gauge, "Groups being rolled out when the step took its batch (async pipeline)", ()),
     "tool_calls_per_s": (Gauge, "Tool calls per second of rollout", ()),
     "tool_errors": (Counter, "Tool calls that failed (timeouts, bad calls, sandbox errors)", ()),
     "steps": (Counter, "Training steps finished", ()),
 }
+# Recorded only by runs with a rollout buffer (training.mode one_step_off / async).
+PIPELINE_METRICS = frozenset({"queue_depth", "groups_in_flight"})
 # metrics-dict key -> the metrics that record its value as it is
 AS_IS: dict[str, tuple[str, ...]] = {
     keys.REWARD_MEAN: ("reward_mean",),
@@ -62,6 +68,8 @@ AS_IS: dict[str, tuple[str, ...]] = {
     keys.SYNC_S: ("weight_sync_seconds", "weight_sync_seconds_last"),
     keys.WEIGHTS_VERSION: ("weights_version",),
     keys.STALENESS: ("staleness",),
+    keys.QUEUE_DEPTH: ("queue_depth",),
+    keys.IN_FLIGHT: ("groups_in_flight",),
     keys.TOOL_ERRORS: ("tool_errors",),
 }
 

@@ -4,24 +4,51 @@ workers, their finished groups scored and moved into a bounded buffer (relay/pip
 A worker is a serial actor: the weights the driver sends after an update queue behind the calls
 already given to it and reach it between two calls, so every call runs on one weight version and
 its samples record it. The driver never waits for a sync; it waits only in `take`, for data.
+
+Faults (issue 14, item 6): a worker that dies fails every call queued on it. The first such failure
+waits for Ray's replacement and re-sends it the current weights (actors/supervision.py); the groups
+of each lost call that had not come back are then sent again, with their prompts, group indices
+and seed, to the replacement. They stay "in flight" in the buffer meanwhile, so they are neither
+counted twice nor trained twice. A call answered from a fresh state (a replacement that ran it before its weights came
+back: samples on another version than the call was made on) is redone the same way. Counted as
+faults/actor_errors, faults/restarts and faults/retried_shards; worker-side faults (environment
+pools, tool executors) come back in each call's metrics and are counted too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, wait_restarted
 from actors.weights import start_weight_sync
 from relay import metric_keys as keys
 from relay.config import Config
 from relay.data import PromptIterator
+from relay.failures import ActorLost
 from relay.pipeline import Group, GroupBuffer
 from relay.run import merge_rollout_metrics
 from relay.types import Sample
 
 # Every call the buffer has room for is started at once, spread over the workers, and queues on its
 # worker: while the driver waits on the learner, the workers still have work.
+
+
+@dataclass
+class RolloutCall:
+    """What a call needs to be sent again, the same, to a restarted worker."""
+
+    worker: int
+    indices: list[int]  # the buffer's group indices, in the order of `rows`
+    rows: list[dict]
+    seed_round: int  # seeds the worker's sampling: a redone call samples what the lost one would have
+    version: int  # the weights the worker holds when it runs the call
+    life: int  # the worker's restarts the producer had seen when it sent the call
+    attempt: int = 1
+    received: set[int] = field(default_factory=set)  # positions in `rows` of the groups already back
 
 
 class RolloutProducer:
@@ -51,11 +78,13 @@ class RolloutProducer:
         workers = len(actors.rollout)
         self.per_call = t.prompts_per_step // workers if one_step_off or not t.groups_per_call else t.groups_per_call
         self.version = start_step  # the newest weights sent to the workers
-        self.calls: dict = {}  # ref -> (worker index, group indices)
+        self.calls: dict = {}  # the stream of each call in flight -> RolloutCall
+        self.lives = [0] * workers  # restarts of each worker the producer has recovered from
         self.redo: list[tuple[int, dict]] = []  # (group index, prompt row) of stale groups drawn again
         self.rows: dict[int, dict] = {}  # prompt row of every group started and not yet trained
         self.next_group, self.calls_made = 0, 0
-        self.weight_refs: list = []
+        self.learner_refs: list = []  # the last weight sync's calls on the learner
+        self.weight_refs: list = []  # and each rollout worker's load, in worker order
         self.finished: list[dict] = []  # metrics of the calls received since the last take
         self.score_metrics: dict[str, float] = {}
         if state:
@@ -70,8 +99,8 @@ class RolloutProducer:
         """Start calls while the buffer has room, each on the worker with the fewest queued."""
         room = self.buffer.room(self.version)
         load = [0] * len(self.actors.rollout)
-        for worker, _ in self.calls.values():
-            load[worker] += 1
+        for call in self.calls.values():
+            load[call.worker] += 1
         while room > 0:
             worker = load.index(min(load))
             size = min(self.per_call, room)
@@ -81,25 +110,79 @@ class RolloutProducer:
             self.next_group += len(fresh)
             indices = [i for i, _ in batch]
             self.rows.update(batch)
-            # The worker numbers the groups 0..k-1; _receive maps them back to these indices.
-            ref = self.actors.rollout[worker].rollout.remote(
-                [row for _, row in batch], self.calls_made, first_group_id=0
-            )
-            self.calls[ref] = (worker, indices)
+            rows = [row for _, row in batch]
+            self._send(RolloutCall(worker, indices, rows, self.calls_made, self.version, self.lives[worker]))
             self.buffer.started(indices)
             self.calls_made += 1
             load[worker] += 1
             room -= size
 
-    def _receive(self, ref) -> None:
-        _, indices = self.calls.pop(ref)
-        samples, metrics = ray.get(ref)
+    def _send(self, call: RolloutCall) -> None:
+        # A stream: each group comes back as soon as its episodes end (continuous batching). The
+        # worker numbers the groups 0..k-1 by position in `rows`; _receive maps them to the buffer's.
+        worker = self.actors.rollout[call.worker]
+        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0)
+        self.calls[stream] = call
+
+    def _receive(self, stream) -> None:
+        """The next group of a call in flight; a call whose stream ended leaves `calls`."""
+        call, faults = self.calls[stream], self.actors.faults
+        try:
+            samples, metrics = ray.get(next(stream))
+        except StopIteration:
+            del self.calls[stream]
+            return None
+        except ShardLost as lost:  # the worker's environment pool died under the episodes
+            del self.calls[stream]
+            faults.add(getattr(lost, "cause", lost).counts)
+            return self._redo(call, f"its environment pool was lost ({lost})")
+        except RayActorError as e:
+            del self.calls[stream]
+            faults.count("actor_errors")
+            self._recover(call, type(e).__name__)
+            return self._redo(call, "the worker died under it")
+        if any(s.weight_version != call.version for s in samples):
+            # a replacement ran it on the weights it was built with, before they were re-sent (the
+            # rest of its stream too: it is left unread)
+            del self.calls[stream]
+            self._recover(call, "restarted")
+            return self._redo(call, "a restarted worker ran it before its weights were re-sent")
+        call.received.update(s.group_id for s in samples)
         for s in samples:
-            s.group_id = indices[s.group_id]
+            s.group_id = call.indices[s.group_id]
+        faults.add({k: v for k, v in metrics.items() if k.startswith("faults/")})  # env and tool faults
         for key, value in self.score(samples).items():  # counts: summed over the step's calls
             self.score_metrics[key] = self.score_metrics.get(key, 0.0) + value
         self.finished.append(metrics)
         self.buffer.put(samples)
+        return None
+
+    def _recover(self, call: RolloutCall, why: str) -> None:
+        """Once per restart of a worker (every call queued on it fails): wait for Ray's replacement,
+        then re-send it the current weights, which queue before the calls sent again."""
+        if self.lives[call.worker] > call.life:
+            return  # recovered already, from an earlier call's failure
+        faults, worker = self.actors.faults, self.actors.rollout[call.worker]
+        if not wait_restarted(worker, self.cfg.resources.rollout_timeout_s):
+            raise ActorLost(f"rollout-{call.worker}: the worker is gone ({why}, and no replacement answered)")
+        faults.count("restarts")
+        self.lives[call.worker] += 1
+        try:
+            faults.resend_weights(worker)  # the current version; from now on through the object store
+        except (RayActorError, GetTimeoutError) as e:  # died again: the redone call meets it and recovers
+            faults.log(f"relay: fault: rollout-{call.worker}: re-sending its weights failed ({type(e).__name__})")
+
+    def _redo(self, call: RolloutCall, why: str) -> None:
+        if call.attempt >= ATTEMPTS_PER_CALL:
+            raise ActorLost(f"rollout-{call.worker}: a rollout call failed {call.attempt} times in a row ({why})")
+        self.actors.faults.count("retried_shards")
+        self.actors.faults.log(
+            f"relay: fault: rollout-{call.worker} rollout call of groups {call.indices}: {why}; redoing those not back"
+        )
+        left = [k for k in range(len(call.rows)) if k not in call.received]  # the groups not yet back
+        indices, rows = [call.indices[k] for k in left], [call.rows[k] for k in left]
+        life, version = self.lives[call.worker], self.version
+        self._send(RolloutCall(call.worker, indices, rows, call.seed_round, version, life, call.attempt + 1))
 
     # -- consumer -----------------------------------------------------------------------------
 
@@ -140,9 +223,9 @@ class RolloutProducer:
     def sync_weights(self, version: int) -> None:
         """Send the learner's new weights without waiting: each worker loads them after its
         calls in flight, before the calls started from now on. A failed sync of the last round
-        raises here."""
-        ray.get(self.weight_refs)
-        self.weight_refs = start_weight_sync(self.actors, version)
+        raises here, unless a rollout worker died under it (its next call recovers it)."""
+        self._wait_weights()
+        self.learner_refs, self.weight_refs = start_weight_sync(self.actors, version)
         self.version = version
         self.fill()
 
@@ -150,7 +233,26 @@ class RolloutProducer:
         """Wait for every call in flight and keep its groups (a checkpoint saves them)."""
         while self.calls:
             self._receive(next(iter(self.calls)))
-        ray.get(self.weight_refs)
+        self._wait_weights()
+
+    def _wait_weights(self) -> None:
+        """The last sync's loads. A worker that died under its load, or whose replacement could not
+        read the learner's shared memory (a restarted worker has not mapped it), is left to its next
+        call's check, which re-sends it the weights; any other failure raises."""
+        ray.get(self.learner_refs)
+        for worker, ref in zip(self.actors.rollout, self.weight_refs):
+            try:
+                ray.get(ref)
+            except RayActorError:
+                self.actors.faults.count("actor_errors")
+            except RayTaskError as error:
+                try:
+                    restarted = ray.get(worker.__ray_call__.remote(_restarted))
+                except RayActorError:  # restarting again
+                    restarted = True
+                if not restarted:
+                    raise error
+        self.learner_refs, self.weight_refs = [], []
 
     def state_dict(self) -> dict:
         """Drains first: the finished groups are saved, so a resumed run trains each prompt once."""
@@ -162,3 +264,8 @@ class RolloutProducer:
             "redo": [list(item) for item in self.redo],
             "rows": {str(i): row for i, row in self.rows.items()},
         }
+
+
+def _restarted(worker) -> bool:
+    """Run in a rollout worker: whether it is a replacement Ray built after a loss."""
+    return bool(worker.life)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -156,16 +157,38 @@ class RolloutWorker:
     def rollout(
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
+        start, idle = self._begin()
+        samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes())
+        return samples, self._report(samples, time.perf_counter() - start, idle)
+
+    def rollout_stream(
+        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
+    ) -> Iterator[tuple[list[Sample], dict[str, float]]]:
+        """`rollout`, one group at a time: each group leaves scored as soon as its episodes end
+        (continuous batching, issue 14), while the others go on. Call it with
+        `.options(num_returns="streaming")`; its metrics are those of `rollout`, per group."""
+        start, idle = self._begin()
+        for group in self.agent.stream(
+            rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes()
+        ):
+            seconds = time.perf_counter() - start
+            yield group, self._report(group, seconds, idle)
+            start, idle = time.perf_counter(), 0.0  # the scoring is not generation time
+
+    def _begin(self) -> tuple[float, float]:
         start = time.perf_counter()
         idle, self.idle_s = self.idle_s + start - self.idle_since, 0.0
         self.episodes_started += 1
-        samples = self.agent.run(
-            rows,
-            self.sampling(step, greedy),
-            first_group_id=first_group_id,
+        return start, idle
+
+    def _episodes(self) -> dict:
+        return dict(
             episode_prefix=f"w{self.index}{self.life}-{self.episodes_started}",
+            max_live=self.cfg.rollout.max_live_episodes,
         )
-        seconds = time.perf_counter() - start
+
+    def _report(self, samples: list[Sample], seconds: float, idle: float) -> dict[str, float]:
+        """Score the samples; the metrics of the call (or of one group of a stream)."""
         for s in samples:
             s.meta["worker"] = self.index
         reward_seconds = self.score(samples)
@@ -183,7 +206,7 @@ class RolloutWorker:
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
-        return samples, ({**metrics, **episode_metrics(samples)} if self.multi_turn else metrics)
+        return {**metrics, **episode_metrics(samples)} if self.multi_turn else metrics
 
     def score(self, samples: list[Sample]) -> float:
         """Write each sample's reward and reward error (None: it has a reward); returns the seconds it took."""

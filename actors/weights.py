@@ -214,9 +214,12 @@ def sync_weights(actors, version: int) -> float:
     are redone on a restarted worker, other loads stop the run past their deadline."""
     start, faults, learner, workers = time.perf_counter(), actors.faults, actors.learner, actors.rollout
     if actors.weight_broadcast:  # one collective: the learner and every worker (not restarted) at once
-        faults.get(start_weight_sync(actors, version), [learner, *workers], "weight broadcast")
+        learner_refs, loads = start_weight_sync(actors, version)
+        faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")
         return time.perf_counter() - start
-    written, readers, on_store = _shared_memory_senders(actors, version)
+    written, shared = _shared_memory_write(actors, version)
+    readers = [w for w, on in zip(workers, shared) if on]
+    on_store = [w for w, on in zip(workers, shared) if not on]
     weights = learner.get_weights.remote() if on_store else None  # put once, read by each
     sent = [r for r in (written, weights) if r is not None]
     faults.wait(sent, [learner] * len(sent), "weights")
@@ -229,25 +232,29 @@ def sync_weights(actors, version: int) -> float:
     return time.perf_counter() - start
 
 
-def start_weight_sync(actors, version: int) -> list:
-    """sync_weights without the wait: the refs of the calls that finish it. A worker busy with
-    rollout calls loads the weights after them (actors run their calls in order)."""
+def start_weight_sync(actors, version: int) -> tuple[list, list]:
+    """sync_weights without the wait: the refs of the learner's calls, and of each rollout worker's
+    load in worker order (a caller tells a worker that died under its load from a learner that
+    failed). A worker busy with rollout calls loads the weights after them (calls run in order)."""
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
-        return [learner.broadcast_weights.remote(), *[w.receive_weights.remote(version) for w in workers]]
-    written, readers, on_store = _shared_memory_senders(actors, version)
-    loads = [w.load_shared_weights.remote(written, version) for w in readers]
-    weights = learner.get_weights.remote() if on_store else learner.get_weights.remote  # put once, read by each
+        return [learner.broadcast_weights.remote()], [w.receive_weights.remote(version) for w in workers]
+    written, shared = _shared_memory_write(actors, version)
+    weights = learner.get_weights.remote() if not all(shared) else learner.get_weights.remote  # put once
     actors.faults.weights = (weights, version)  # what a restarted worker is sent
-    return loads + [w.update_weights.remote(weights, version) for w in on_store]
+    loads = [
+        w.load_shared_weights.remote(written, version) if on else w.update_weights.remote(weights, version)
+        for w, on in zip(workers, shared)
+    ]
+    return [written] if written is not None else [], loads
 
 
-def _shared_memory_senders(actors, version: int) -> tuple[object, list, list]:
-    """The learner's write into its shared-memory buffer (a ref, None when no worker reads it), the
-    workers that read it (each load waits for the write: its ref is the argument), and the workers
-    that need the object store instead."""
+def _shared_memory_write(actors, version: int) -> tuple[object, list[bool]]:
+    """The learner's write into its shared-memory buffer (a ref, None when no worker reads it; each
+    reader's load waits for it: the ref is its argument), and for each worker whether it reads it
+    (else it is sent the weights through the object store)."""
     learner, workers = actors.learner, actors.rollout
     mapped = actors.shared_weights or [False] * len(workers)
     shared = [actors.faults.reads_shared_memory(w, on) for w, on in zip(workers, mapped)]
     written = learner.publish_shared_weights.remote(version) if any(shared) else None
-    return written, [w for w, on in zip(workers, shared) if on], [w for w, on in zip(workers, shared) if not on]
+    return written, shared

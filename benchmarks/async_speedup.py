@@ -1,6 +1,6 @@
 """training.mode sync vs one_step_off vs async in one run, the modes alternating, on the default
 task (2-digit addition) and on a multi-turn task whose episodes vary in length (textgame, 1-4
-turns): samples/s and tokens/s of training, the learner's and the rollout workers' idle shares,
+turns; there also async_cb: async with continuous batching, rollout.max_live_episodes): samples/s and tokens/s of training, the learner's and the rollout workers' idle shares,
 staleness, and held-out accuracy (textgame: mean return) after the same number of samples.
 Prints a table and writes each run's curves (relay.plot) and one plot of reward against samples
 consumed per task. Numbers, never assertions.
@@ -31,7 +31,13 @@ MODES = {
     "sync": ["training.mode=sync"],
     "one_step_off": ["training.mode=one_step_off"],
     "async": ["training.mode=async", "training.max_staleness=1"],
+    # continuous batching (issue 14): one call of a whole step's prompts per worker, at most 4
+    # groups' episodes (rollout.n = 8) live in the engine, a group leaving as soon as it ends
+    "async_cb": ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=16"]
+    + ["rollout.max_live_episodes=32"],
 }
+# async_cb only where episodes differ in length: a single-turn batch ends in one generate call
+TASK_MODES = {"default": ("sync", "one_step_off", "async"), "textgame": tuple(MODES)}
 TASKS = {"default": "configs/default.yaml", "textgame": "configs/textgame.yaml"}
 QUIET = ["logging.console=false", "checkpoint.every=0", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
 
@@ -42,7 +48,7 @@ def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: lis
     cfg = load_config(
         REPO / config,
         [*QUIET, f"run.output_dir={out}", f"run.name={Path(config).stem}-{mode}-s{seed}", f"run.seed={seed}"]
-        + [f"training.steps={steps}", *MODES[mode], *extra],
+        + [f"training.steps={steps}", *extra, *MODES[mode]],  # the mode's keys win
     )
     summary = driver.train(cfg, report=lambda step, m: reports.append(time.perf_counter()))
     records = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
@@ -77,7 +83,7 @@ def plot_curves(task: str, results: dict, out: Path) -> Path:
             ax.plot(
                 xs,
                 ys,
-                color={"sync": "C0", "one_step_off": "C1", "async": "C2"}[mode],
+                color={"sync": "C0", "one_step_off": "C1", "async": "C2", "async_cb": "C3"}[mode],
                 alpha=0.8,
                 label=mode if i == 0 else None,
             )
@@ -104,11 +110,12 @@ def main() -> int:
     for task, steps in tasks.items():
         if not steps:
             continue
-        results: dict[str, list[dict]] = {m: [] for m in MODES}
+        modes = TASK_MODES[task]
+        results: dict[str, list[dict]] = {m: [] for m in modes}
         per_call = args.groups_per_call if task == "default" else args.textgame_groups_per_call
         extra = [f"training.groups_per_call={per_call}"] + (["task.num_eval_rows=32"] if task == "textgame" else [])
         for k, seed in enumerate(args.seeds):
-            order = list(MODES)[k % 3 :] + list(MODES)[: k % 3]  # alternate who runs first
+            order = list(modes)[k % len(modes) :] + list(modes)[: k % len(modes)]  # alternate who runs first
             for mode in order:
                 r = one_run(TASKS[task], mode, seed, steps, out, extra)
                 results[mode].append(r)

@@ -8,9 +8,9 @@ A single-turn rollout is this loop with no parser and no environment: one genera
 model turn per episode, ended by "stop" or "length". Single-turn, tool and environment episodes
 so become Samples in one place (AgentLoop._sample), with the same fields for reward functions.
 
-Every episode in flight advances one turn per iteration, and each iteration makes ONE batched
-`engine.generate` call for all live episodes (prompt = that episode's token ids so far). A new
-turn is then, in this order:
+Every live episode advances one turn per iteration, and each iteration makes ONE batched
+`engine.generate` call for all of them (prompt = that episode's token ids so far); `stream` hands
+out each group as it ends and starts waiting rows in its place. A new turn is then, in this order:
   1. cut to the episode's token budget ("budget"), or, if the engine hit the per-turn limit, the
      episode's last turn ("length"; "budget" when what was left of the budget was the tighter one);
   2. parsed for tool calls (when a parser is given). Calls of the whole batch run together through
@@ -34,17 +34,17 @@ conversation (tests/unit/test_agent_loop.py checks this on two templates).
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from relay.agent_metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
 from relay.chat import ChatFormat
 from relay.config import Config
 from relay.data import row_messages
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
-from relay.metric_keys import TOOL_CALLS, TOOL_ERRORS
 from relay.tools.parsers import ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import FinishReason, Sample
@@ -163,40 +163,71 @@ class AgentLoop:
         n: int | None = None,
         first_group_id: int = 0,
         episode_prefix: str = "ep",
+        max_live: int = 0,
     ) -> list[Sample]:
         """n episodes per row (default sampling.n), in row order; one Sample per episode."""
+        kwargs = dict(n=n, first_group_id=first_group_id, episode_prefix=episode_prefix, max_live=max_live)
+        samples = [s for group in self.stream(rows, sampling, **kwargs) for s in group]
+        return sorted(samples, key=lambda s: s.group_id)  # stable: each group's episodes stay in order
+
+    def stream(
+        self,
+        rows: list[dict[str, Any]],
+        sampling: SamplingParams,
+        *,
+        n: int | None = None,
+        first_group_id: int = 0,
+        episode_prefix: str = "ep",
+        max_live: int = 0,
+    ) -> Iterator[list[Sample]]:
+        """Each row's group (its n Samples) as soon as its last episode ends: continuous batching
+        (issue 14). At most `max_live` episodes run at once (0: all); as a group ends, the next
+        rows' episodes join the next generate call, so the engine stays full instead of waiting
+        for a batch's slowest episode. max_live 0: the generate calls of one batch, turn by turn."""
         n = sampling.n if n is None else n
-        episodes = [
-            _Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, self.limits.max_total_tokens)
-            for i, row in enumerate(rows)
-            for k in range(n)
-        ]
-        self._start(episodes)
+        pending = deque(enumerate(rows))
+        live: list[_Episode] = []
         stop = tuple(dict.fromkeys((*sampling.stop, *(self.parser.stop_strings if self.parser else ()))))
-        turn = 0
-        while live := [e for e in episodes if e.finish is None]:
-            params = replace(
-                sampling,
-                n=1,
-                stop=stop,
-                max_tokens=min(self.limits.max_tokens_per_turn, max(e.room for e in live)),
-                # a different draw each turn, still reproducible from the rollout's seed
-                seed=None if sampling.seed is None else (sampling.seed + 100_003 * turn) % 2**31,
-            )
-            stop_ids = {self.tokenizer.eos_token_id, *params.stop_token_ids}
-            completions = self.engine.generate([e.prompt_ids + e.response_ids for e in live], params)
-            if len(completions) != len(live):
-                raise RuntimeError(f"engine returned {len(completions)} completion groups for {len(live)} prompts")
-            for e, group in zip(live, completions):
-                self._model_turn(e, group[0], stop_ids)
-            self._tools([e for e in live if e.finish is None and (e.calls or e.parse_errors)])
-            self._env([e for e in live if e.finish is None and e.action is not None])
-            turn += 1
-        if self.env_close is not None:  # episodes the loop ended (limits) hand their environments back
-            self.env_close([e.id for e in episodes])
-        return [self._sample(e) for e in episodes]
+        call, budget = 0, self.limits.max_total_tokens
+        while pending or live:
+            joining = []  # rows start while there is room (always one group, when nothing runs)
+            while pending and (not max_live or not live + joining or len(live) + len(joining) + n <= max_live):
+                i, row = pending.popleft()
+                joining += [_Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, budget) for k in range(n)]
+            if joining:
+                self._start(joining)
+                live += joining
+            if active := [e for e in live if e.finish is None]:
+                self._turn(active, sampling, stop, call)
+                call += 1
+            done = {e.group_id for e in live} - {e.group_id for e in live if e.finish is None}
+            for group_id in sorted(done):
+                episodes = [e for e in live if e.group_id == group_id]
+                live = [e for e in live if e.group_id != group_id]
+                if self.env_close is not None:  # episodes the loop ended (limits) hand their environments back
+                    self.env_close([e.id for e in episodes])
+                yield [self._sample(e) for e in episodes]
 
     # -- steps
+
+    def _turn(self, live: list[_Episode], sampling: SamplingParams, stop: tuple[str, ...], call: int) -> None:
+        """One batched generate for every live episode (each on its own next turn), then their tools and env steps."""
+        params = replace(
+            sampling,
+            n=1,
+            stop=stop,
+            max_tokens=min(self.limits.max_tokens_per_turn, max(e.room for e in live)),
+            # a different draw each call, still reproducible from the rollout's seed
+            seed=None if sampling.seed is None else (sampling.seed + 100_003 * call) % 2**31,
+        )
+        stop_ids = {self.tokenizer.eos_token_id, *params.stop_token_ids}
+        completions = self.engine.generate([e.prompt_ids + e.response_ids for e in live], params)
+        if len(completions) != len(live):
+            raise RuntimeError(f"engine returned {len(completions)} completion groups for {len(live)} prompts")
+        for e, group in zip(live, completions):
+            self._model_turn(e, group[0], stop_ids)
+        self._tools([e for e in live if e.finish is None and (e.calls or e.parse_errors)])
+        self._env([e for e in live if e.finish is None and e.action is not None])
 
     def _start(self, episodes: list[_Episode]) -> None:
         if self.env_reset is None:
@@ -365,24 +396,3 @@ class AgentLoop:
             turn_texts=e.turn_texts,
             meta=meta,
         )
-
-
-def episode_metrics(samples: list[Sample]) -> dict[str, float]:
-    """Means per episode (turns, tool calls, tool errors, tool seconds) and finish-reason shares."""
-    if not samples:
-        return {}
-    stats = [s.meta.get("agent", {}) for s in samples]
-    out = {
-        f"agent/{k}": statistics.fmean(st.get(k, 0) for st in stats)
-        for k in ("turns", "tool_calls", "tool_errors", "tool_seconds", "env_steps")
-    }
-    for reason in FinishReason:
-        out[f"agent/finish_{reason}"] = sum(s.finish_reason == reason for s in samples) / len(samples)
-    return out
-
-
-def tool_call_counts(samples: list[Sample]) -> dict[str, float]:
-    """Totals over a batch of episodes: the tool calls the model made, and those that failed
-    (timeouts, tool errors, and malformed calls, which are counted but never run)."""
-    calls = [c for s in samples for c in s.tool_calls]
-    return {TOOL_CALLS: float(len(calls)), TOOL_ERRORS: float(sum(not c["ok"] for c in calls))}

@@ -69,6 +69,8 @@ class GroupBuffer:
         for s in samples:
             by_group.setdefault(s.group_id, []).append(s)
         for index, group_samples in by_group.items():
+            if index in self.ready:  # a redone call's groups arrive once: a second copy is a bug
+                raise RuntimeError(f"GroupBuffer.put: group {index} is already in the buffer")
             self.in_flight.discard(index)
             self.ready[index] = Group(index, group_samples)
 

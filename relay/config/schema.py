@@ -117,6 +117,10 @@ class RolloutConfig:
     max_turns: int = 4  # model turns per episode
     max_tokens_per_turn: int | None = None  # None: max_new_tokens
     max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
+    # Continuous batching (relay/agent.py AgentLoop.stream): at most this many episodes in one
+    # generate call; as a group's episodes end, the call's next prompts start in their place.
+    # 0: every episode of a rollout call at once (one batch, waiting for its slowest episode).
+    max_live_episodes: int = 0
     # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
     # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
     # None: on when the rollout workers and the learner each hold a fraction of a GPU (colocated).

@@ -156,6 +156,10 @@ def validate(cfg: Config) -> list[str]:
     )
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
     need(
+        r.max_live_episodes >= 0,
+        f"rollout.max_live_episodes: must be >= 0 (0: all of a call's episodes at once), got {r.max_live_episodes}",
+    )
+    need(
         r.max_tokens_per_turn is None or r.max_tokens_per_turn >= 1,
         f"rollout.max_tokens_per_turn: must be >= 1 or null, got {r.max_tokens_per_turn}",
     )

@@ -162,7 +162,8 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
     assert len(recorded) == len(reported) == len(batches) == 2
     for step_readings, metrics, samples in zip(recorded, reported, batches):
         names = {name for name, _, _ in step_readings}
-        assert names == set(relay_metrics.METRICS), f"no value for {set(relay_metrics.METRICS) - names}"
+        want = set(relay_metrics.METRICS) - relay_metrics.PIPELINE_METRICS  # a sync run has no rollout buffer
+        assert names == want, f"no value for {want - names}; unexpected {names - want}"
         assert {tags.get("worker") for name, _, tags in step_readings if name == "rollout_tokens_per_s"} == {"all", "0"}
         # the tool counts are the batch's own tool-call records
         calls = [c for s in samples for c in s.tool_calls]
@@ -188,6 +189,7 @@ def grafana_metric_names() -> set[str]:
 def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_path):
     """Two real steps of the tool-using math task with a reference policy (so tool and KL metrics
     exist too), then the node's Prometheus export must hold every metric the dashboard queries.
+    training.mode=async, so the pipeline's buffer gauges (queue depth, groups in flight) exist.
     The sandbox takes code of at most 1 byte, so every tool call fails: Ray exports a counter
     only once it has counted something, and the tool-error counter must have a series."""
     names = grafana_metric_names()
@@ -197,6 +199,7 @@ def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_
         [
             f"run.output_dir={tmp_path}",
             "run.name=grafana-names",
+            "training.mode=async",
             "tools.sandbox_limits.max_code_bytes=1",
             "training.steps=2",
             "training.prompts_per_step=2",

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import ray
 
 import driver
 from actors.producer import RolloutProducer
@@ -69,6 +70,38 @@ def test_async_resume_trains_every_group_once_within_max_staleness(tmp_path, ray
         assert all(0 <= step - s.weight_version <= 1 for s in samples), step  # every trained sample
     counts = Counter(s.group_id for _, samples in trained for s in samples)
     assert counts == {g: 4 for g in range(16)}  # 4 steps x 4 prompts, each prompt's group (n=4) once
+
+
+def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_path, ray_session, monkeypatch):
+    """Issue 14 item 6: a rollout worker SIGKILLed with calls queued on it (right after step 1 took its
+    batch) does not stop the run: Ray restarts it, the producer re-sends it the weights and sends the
+    lost calls again; every prompt's group is still trained exactly once, within max_staleness, and
+    the loss is counted (faults/*)."""
+    batches, take = [], RolloutProducer.take
+
+    def take_then_kill(self):
+        samples, metrics = take(self)
+        step = self.buffer.next_step - 1
+        batches.append((step, samples))
+        if step == 1:
+            assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker to kill"
+            os.kill(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())), signal.SIGKILL)
+        return samples, metrics
+
+    monkeypatch.setattr(RolloutProducer, "take", take_then_kill)
+    reported = []
+    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2", "run.name=kill"]
+    # calls of 2 groups, one group live at a time (rollout.n=4): a stream may be half back when killed
+    streams = ["rollout.max_live_episodes=4", "resources.rollout.count=2"]
+    run(tmp_path, [*mode, *streams], report=lambda step, m: reported.append(m))
+    assert [step for step, _ in batches] == [0, 1, 2, 3]
+    for step, samples in batches:
+        assert all(0 <= step - s.weight_version <= 1 for s in samples), step
+    counts = Counter(s.group_id for _, samples in batches for s in samples)
+    assert counts == {g: 4 for g in range(16)}  # the lost calls' groups too, once each
+    faults = sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
+    assert faults["faults/restarts"] == 1 and faults["faults/actor_errors"] >= 1, faults
+    assert faults["faults/retried_shards"] >= 1 and faults["faults/duplicated_samples"] == 0, faults
 
 
 @pytest.mark.slow

@@ -91,10 +91,23 @@ def test_pipeline_keys_are_validated_together():
                 "training.max_staleness=-1",
                 "training.stale_groups=keep",
                 "training.groups_per_call=-2",
+                "rollout.max_live_episodes=-1",
             ],
         )
     except ConfigError as e:
         problems = e.problems
-    for key in ("training.mode", "training.max_staleness", "training.stale_groups", "training.groups_per_call"):
+    keys = ("training.mode", "training.max_staleness", "training.stale_groups", "training.groups_per_call")
+    for key in (*keys, "rollout.max_live_episodes"):
         assert any(p.startswith(key) for p in problems), (key, problems)
     assert Config().training.mode == "sync"
+
+
+def test_a_group_put_twice_is_a_bug_not_a_second_copy():
+    """A redone call's groups (a rollout worker died) arrive once; a second copy must never reach a step."""
+    import pytest
+
+    buf = GroupBuffer(prompts_per_step=2, max_staleness=1, ordered=False)
+    buf.started([0, 1])
+    buf.put(group(0, 0))
+    with pytest.raises(RuntimeError, match="group 0 is already in the buffer"):
+        buf.put(group(0, 0))
