@@ -52,8 +52,8 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+        if sampling.seed is not None:  # on CPU only the CPU generator: torch.manual_seed seeds every backend too (ms)
+            (torch.random.default_generator if self.device.type == "cpu" else torch).manual_seed(sampling.seed)
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
         out: list[Completion] = []
         for start in range(0, len(flat), GENERATE_CHUNK):
