@@ -183,8 +183,9 @@ def train_step(
         with timer("update"):
             update_metrics = {}
             if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
-                batch_ref = ray.put(batch)  # pickled once for the learner and the critic
                 trained = [h for h in (actors.learner, actors.critic) if h is not None]
+                # one copy for the learner and the critic; for the learner alone, inline in the call (no put)
+                batch_ref = ray.put(batch) if len(trained) > 1 else batch
                 updates = get([h.update.remote(batch_ref) for h in trained], trained, "update", long=True)
                 update_metrics = {k: v for m in updates for k, v in m.items()}
         with timer("sync"):

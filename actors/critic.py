@@ -55,7 +55,10 @@ class Critic:
 
     def _make_optimizer(self) -> None:
         c = self.cfg.critic
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        # fused outside a rank group, as the Learner's (one kernel: 3x faster on CPU than torch's default loop)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, fused=not self.ranks.sharded
+        )
         self.scheduler = make_lr_scheduler(self.optimizer, self.cfg.training)  # the learner's schedule, critic.lr
 
     def node_id(self) -> str:

@@ -105,7 +105,12 @@ class Learner:
 
     def _make_optimizer(self) -> None:
         t = self.cfg.training
-        self.optimizer = torch.optim.AdamW(trainable_parameters(self.model), lr=t.lr, weight_decay=t.weight_decay)
+        # Fused AdamW (one kernel over all parameters, CPU or GPU; what transformers' Trainer picks):
+        # 3x faster than the per-tensor loop torch uses on CPU by default (issue 13: the tiny model's
+        # step on 2 cores). A rank group's DTensor parameters keep torch's default.
+        self.optimizer = torch.optim.AdamW(
+            trainable_parameters(self.model), lr=t.lr, weight_decay=t.weight_decay, fused=not self.ranks.sharded
+        )
         self.scheduler = make_lr_scheduler(self.optimizer, t)
 
     def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.colocated import ColocatedWorker
 from actors.critic import Critic
 from actors.env import EnvPool
 from actors.feasibility import check_feasible
@@ -104,7 +105,10 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     roles = {"tools": cfg.tools.executors} if uses_tool_executors(cfg) else {}
     if uses_env_pools(cfg):
         roles["env"] = res.env
-    roles.update(rollout=res.rollout, learner=res.learner)
+    if res.colocate:  # one actor is learner and rollout worker (actors/colocated.py), on the learner's resources
+        roles["learner"] = res.learner
+    else:
+        roles.update(rollout=res.rollout, learner=res.learner)
     if cfg.algorithm.kl_coef > 0 and not cfg.model.lora.rank:  # KL needs reference logprobs; LoRA: the learner's
         roles["reference"] = res.reference
     if cfg.critic.enabled:
@@ -254,6 +258,7 @@ class Actors:
     rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
+    colocated: bool = False  # resources.colocate: learner and rollout[0] are one ColocatedWorker
     placement_groups: list = field(default_factory=list)
     faults: Supervisor = field(default_factory=lambda: Supervisor(600.0))  # deadlines, retries, fault counts
 
@@ -263,7 +268,7 @@ class Actors:
         roles = {
             "tools": self.tools,
             "env": self.env,
-            "rollout": self.rollout,
+            "rollout": [] if self.colocated else self.rollout,  # colocated: the learner is the one worker
             **{r: h.ranks if isinstance(h, RankGroup) else [h] for r, h in single.items() if h is not None},
             "reward_model": self.reward_model.handles if self.reward_model else [],
         }
@@ -287,16 +292,21 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if "env" in roles:
             actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups, restarts)
         env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
-        actors.rollout = create_group(
-            RolloutWorker,
-            "rollout",
-            res.rollout,
-            run_name,
-            lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
-            groups,
-            rollout_restarts,
-        )
-        actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
+        if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)
+            make_args = lambda i: (cfg, model_path, threads(res.learner), env[0] if env else None, tools)  # noqa: E731
+            actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups)[0]
+            actors.rollout, actors.colocated = [actors.learner], True
+        else:
+            actors.rollout = create_group(
+                RolloutWorker,
+                "rollout",
+                res.rollout,
+                run_name,
+                lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
+                groups,
+                rollout_restarts,
+            )
+            actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:
             actors.reference = create_role(Reference, "reference", cfg, res.reference, run_name, model_path, groups)
         elif cfg.algorithm.kl_coef > 0:  # LoRA: the learner's base model, adapters off
@@ -325,10 +335,11 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             if isinstance(handle := getattr(actors, role), RankGroup):
                 with phase(f"forming the {role} rank group ({len(handle.ranks)} ranks, FSDP2)"):
                     handle.join(rank_backend(getattr(res, role)))
-        if uses_broadcast(res):
+        # Colocated: one module, nothing to send (sync_weights only bumps the version).
+        if uses_broadcast(res) and not actors.colocated:
             open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
             actors.weight_broadcast = True
-        else:
+        elif not actors.colocated:
             actors.shared_weights = open_shared_memory(actors.learner, actors.rollout, tag=run_name)
         yield actors
     finally:

@@ -49,10 +49,12 @@ class RolloutWorker:
         num_threads: int,
         env_pool=None,
         tool_executors: list | None = None,
+        engine=None,
     ):
         torch.set_num_threads(num_threads)
         self.cfg, self.index = cfg, worker_index
-        self.engine = make_engine(cfg, model_path)
+        # `engine`: one made elsewhere (actors/colocated.py: an HF engine on the learner's own module)
+        self.engine = engine if engine is not None else make_engine(cfg, model_path)
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls

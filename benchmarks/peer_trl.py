@@ -2,6 +2,10 @@
 
     python benchmarks/peer_trl.py                      # 20 steps, 2x8 and 8x8, one round
     python benchmarks/peer_trl.py --steps 100 --rounds 4
+    python benchmarks/peer_trl.py --only relay-colocate --steps 30
+
+Two relay layouts: `relay` (separate learner and rollout actors, the default) and `relay-colocate`
+(resources.colocate=true: one actor is both and generates from the trained module).
 
 The setting: a ~1M-parameter Qwen2 model built by relay's own code (relay.models.tiny, byte-level
 tokenizer, no chat template) and warm-started here on plain prompts "A+B=" (A, B in 0..9; 20 of
@@ -14,8 +18,11 @@ models: greedy held-out accuracy.
 Each run is a fresh child process of this script, and the contenders alternate (TRL first in even
 rounds, relay first in odd ones; round r uses seed r). Measured per run: seconds per step (the
 mean over steps 2..N), launch to the end of the first step (from just before the process starts),
-and peak memory: the largest sum of resident memory over the whole process tree, Ray's processes
-included, sampled every 0.1 s. Resident sums count shared library pages once per process.
+and peak memory over the whole process tree, Ray's processes included, sampled every 0.1 s, two
+ways: the largest sum of resident memory (RSS), which counts a shared library's pages once in every
+process that maps them and so overstates a system of many processes, and the largest sum of
+proportional set sizes (PSS: shared pages split between the processes that map them), which adds up
+to what the machine holds.
 
 TRL comes from PyPI into its own virtual environment, .venv-trl/ (made on first run, beside this
 repository's): it sees this environment's packages through a .pth file, TRL itself is installed
@@ -34,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -127,7 +133,7 @@ def held_out_accuracy(model_dir: Path, rows: list[dict]) -> float:
 # ------------------------------------------------------------------------------ the two contenders (child processes)
 
 
-def run_relay(a, work: Path, steps_done: list[float]) -> Path:
+def run_relay(a, work: Path, steps_done: list[float], colocate: bool = False) -> Path:
     import driver
     from relay.config import load_config
 
@@ -151,6 +157,7 @@ def run_relay(a, work: Path, steps_done: list[float]) -> Path:
             "checkpoint.every=0",
             "checkpoint.save_hf_model=true",
             "logging.console=false",
+            f"resources.colocate={str(colocate).lower()}",
         ],
     )
     driver.train(cfg, report=lambda step, metrics: steps_done.append(time.time()))
@@ -219,7 +226,10 @@ def child(a) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     steps_done: list[float] = []
     work = Path(a.work)
-    final = (run_trl if a.child == "trl" else run_relay)(a, work, steps_done)
+    if a.child == "trl":
+        final = run_trl(a, work, steps_done)
+    else:
+        final = run_relay(a, work, steps_done, colocate=a.child == "relay-colocate")
     json.dump({"steps_done": steps_done, "final_model": str(final)}, open(work / "result.json", "w"))
 
 
@@ -261,40 +271,18 @@ def trl_python() -> tuple[str | None, str]:
     return (str(python), "") if done.returncode == 0 else (None, f"import trl failed: {done.stderr.strip()[-300:]}")
 
 
-def tree_rss(root) -> int:
-    total = 0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except Exception:  # a process that ended between listing and reading
-            pass
-    return total
-
-
 def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Path, seed: int, held_out) -> dict:
-    import psutil
+    from benchmarks.process_memory import PeakTreeMemory
 
     work = Path(tempfile.mkdtemp(prefix=f"peer-{contender}-", dir=CACHE))
     cmd = [python, str(Path(__file__).resolve()), "--child", contender, "--work", str(work), "--data", str(data)]
     cmd += ["--model", str(model), "--steps", str(a.steps), "--prompts", str(prompts), "--seed", str(seed)]
-    peak, log = [0], (work / "log.txt").open("w")
+    log = (work / "log.txt").open("w")
     launched = time.time()
     env = dict(os.environ, OMP_NUM_THREADS="1")  # one torch thread per process, whatever a library decides
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
-    root = psutil.Process(proc.pid)
-
-    def sample():
-        while proc.poll() is None:
-            try:
-                peak[0] = max(peak[0], tree_rss(root))
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    code = proc.wait()
-    watcher.join()
+    with PeakTreeMemory(proc.pid) as peak:  # sampled every 0.1 s while the run lasts
+        code = proc.wait()
     if code != 0:
         tail = (work / "log.txt").read_text().strip().splitlines()[-15:]
         raise RuntimeError(f"{contender} run failed ({code}); {work / 'log.txt'}:\n" + "\n".join(tail))
@@ -303,11 +291,15 @@ def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Pat
     measured = {
         "s_per_step": (done[-1] - done[0]) / max(len(done) - 1, 1),
         "first_step_s": done[0] - launched,
-        "peak_gb": peak[0] / 1e9,
+        "peak_gb": peak.rss / 1e9,
+        "peak_pss_gb": peak.pss / 1e9,
         "accuracy": held_out_accuracy(Path(result["final_model"]), held_out),
     }
     shutil.rmtree(work, ignore_errors=True)  # a failed run's folder stays, with its log
     return measured
+
+
+RELAYS = {"relay": "relay", "relay-colocate": "relay colocated"}  # contender -> column
 
 
 def table(results: dict, sizes: list[int], steps: int, rounds: int) -> str:
@@ -315,17 +307,23 @@ def table(results: dict, sizes: list[int], steps: int, rounds: int) -> str:
         values = [r[key] for r in results.get(contender, []) if key in r]
         return (agg(values), fmt.format(agg(values))) if values else (None, "n/a")
 
-    lines = ["| | TRL | relay | relay/TRL |", "|---|---|---|---|"]
+    relays = [c for c in RELAYS if c in results]
+    head = "".join(f" {RELAYS[c]} | {RELAYS[c]}/TRL |" for c in relays)
+    lines = [f"| | TRL |{head}", "|---|---|" + "---|---|" * len(relays)]
 
     def row(label, key, **kw):
-        (t, ts), (r, rs) = cell("trl", key, **kw), cell("relay", key, **kw)
-        ratio = f"{r / t:.2f}" if t and r is not None else "n/a"
-        lines.append(f"| {label} | {ts} | {rs} | {ratio} |")
+        t, ts = cell("trl", key, **kw)
+        cells = ""
+        for c in relays:
+            r, rs = cell(c, key, **kw)
+            cells += f" {rs} | {f'{r / t:.2f}' if t and r is not None else 'n/a'} |"
+        lines.append(f"| {label} | {ts} |{cells}")
 
     for p in sizes:
         row(f"seconds per step, {p}x{SAMPLES}", f"s_per_step_{p}")
     row("launch to first step (s)", "first_step_s", fmt="{:.1f}")
-    row("peak memory, all processes (GB)", "peak_gb", agg=max, fmt="{:.2f}")
+    row("peak memory, all processes, RSS sum (GB)", "peak_gb", agg=max, fmt="{:.2f}")
+    row("peak memory, all processes, PSS sum (GB)", "peak_pss_gb", agg=max, fmt="{:.2f}")
     row(f"held-out greedy accuracy after {steps} steps ({rounds} seeds)", "accuracy", agg=statistics.fmean)
     return "\n".join(lines)
 
@@ -335,9 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1, help="alternated rounds; round r uses seed r")
     ap.add_argument("--sizes", default="2,8", help="prompts per step, comma-separated (8 samples each)")
-    ap.add_argument("--only", choices=["trl", "relay"], help="run one contender")
+    ap.add_argument(
+        "--only", help="comma-separated contenders to run, of trl, relay, relay-colocate (default: all three)"
+    )
     # the child process's arguments
-    ap.add_argument("--child", choices=["trl", "relay"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["trl", *RELAYS], help=argparse.SUPPRESS)
     for name in ("--work", "--data", "--model"):
         ap.add_argument(name, help=argparse.SUPPRESS)
     ap.add_argument("--prompts", type=int, help=argparse.SUPPRESS)
@@ -359,16 +359,19 @@ def main(argv: list[str] | None = None) -> int:
         for p in sizes:
             order = PromptIterator(train_rows, seed).take(a.steps * p)
             (data / f"order-seed{seed}-p{p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
+    wanted = ["trl", *RELAYS] if a.only is None else [c.strip() for c in a.only.split(",")]
+    if unknown := [c for c in wanted if c not in ("trl", *RELAYS)]:
+        ap.error(f"--only: unknown contender(s) {unknown}; choose from trl, {', '.join(RELAYS)}")
     model = tiny_plain_model(train_rows)
     print(f"peer_trl: model {model}, held-out accuracy before training {held_out_accuracy(model, held_out):.3f}")
-    pythons = {"relay": sys.executable}
-    if a.only != "relay":
+    pythons = dict.fromkeys(RELAYS, sys.executable)
+    if "trl" in wanted:
         python, why = trl_python()
         if python is None:
             print(f"peer_trl: TRL is not available, running relay alone: {why}", flush=True)
         else:
             pythons["trl"] = python
-    contenders = [c for c in ("trl", "relay") if c in pythons and a.only in (None, c)]
+    contenders = [c for c in ("trl", *RELAYS) if c in pythons and c in wanted]
     results: dict[str, list[dict]] = {c: [] for c in contenders}
     for r in range(a.rounds):
         order = contenders if r % 2 == 0 else contenders[::-1]
@@ -379,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r} {contender} {p}x{SAMPLES}: {json.dumps({k: round(v, 4) for k, v in m.items()})}")
                 merged[f"s_per_step_{p}"] = m["s_per_step"]
                 if p == sizes[0]:  # start-up, memory and accuracy: the first size's run
-                    merged.update(first_step_s=m["first_step_s"], peak_gb=m["peak_gb"], accuracy=m["accuracy"])
-                merged["peak_gb"] = max(merged["peak_gb"], m["peak_gb"])
+                    merged.update((k, m[k]) for k in ("first_step_s", "peak_gb", "peak_pss_gb", "accuracy"))
+                for k in ("peak_gb", "peak_pss_gb"):
+                    merged[k] = max(merged[k], m[k])
             results[contender].append(merged)
     print(f"\n{os.cpu_count()} CPUs, {a.steps} steps per run, {a.rounds} round(s), medians over rounds\n")
     print(table(results, sizes, a.steps, a.rounds))

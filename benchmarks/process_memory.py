@@ -9,6 +9,8 @@ pages between their processes, so PSS totals add up to what the machine holds.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 
 import psutil
@@ -17,6 +19,7 @@ import psutil
 ROLES = {
     "RolloutWorker": "rollout",
     "Learner": "learner",
+    "ColocatedWorker": "learner+rollout",  # resources.colocate (actors/colocated.py)
     "Reference": "reference",
     "Critic": "critic",
     "EnvPool": "env",
@@ -102,3 +105,37 @@ def memory_table(rows: list[ProcessMemory]) -> str:
         f"{sum(r.peak_rss_mb for r in rows):>9,.0f}{sum(r.pss_mb for r in rows):>9,.0f}"
     )
     return "\n".join(lines)
+
+
+class PeakTreeMemory:
+    """The peaks of the RSS sum and of the PSS sum over a process and everything below it, sampled
+    every `every_s` seconds in a thread while the `with` block runs (bytes: .rss, .pss)."""
+
+    def __init__(self, pid: int, every_s: float = 0.1):
+        self.root, self.every_s, self.rss, self.pss = psutil.Process(pid), every_s, 0, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakTreeMemory:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        while not self.done.is_set():
+            rss = pss = 0
+            try:
+                tree = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for proc in tree:
+                try:
+                    full = proc.memory_full_info()  # PSS from /proc/<pid>/smaps_rollup
+                    rss, pss = rss + full.rss, pss + full.pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    pass  # ended between listing and reading
+            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            time.sleep(self.every_s)

@@ -300,6 +300,11 @@ class ResourcesConfig:
     # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
     # and the rollout workers each hold whole GPUs.
     weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
+    # One actor is both learner and rollout worker (actors/colocated.py, verl's "hybrid engine"): the
+    # HF engine generates from the learner's own module, so a weight sync is a version bump and one
+    # process (one model, one torch) is saved. It takes resources.learner; resources.rollout is unused.
+    # For training.mode sync with rollout.engine hf, one rollout worker and one learner actor.
+    colocate: bool = False
     # Faults (actors/supervision.py). Rollout workers, env pools and tool executors are restarted
     # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
     # is redone on the replacement. A call past its deadline kills its actor (then restarted):

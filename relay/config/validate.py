@@ -24,7 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
-from relay.config.validate_pipeline import validate_pipeline
+from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 
 
@@ -116,6 +116,7 @@ def validate(cfg: Config) -> list[str]:
             f"resources.{role}.node_resource: must name a custom resource (not CPU, GPU or memory), got {rr.node_resource!r}",
         )
     p += validate_sharding(cfg)
+    p += validate_colocate(cfg)
     p += validate_lora(cfg)
     p += validate_pipeline(cfg)
     if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:

@@ -1,4 +1,5 @@
-"""Checks of the pipeline keys (training.mode, max_staleness, stale_groups, groups_per_call)."""
+"""Checks of the pipeline keys (training.mode, max_staleness, stale_groups, groups_per_call) and of
+resources.colocate, which needs a pipeline whose phases never overlap."""
 
 from __future__ import annotations
 
@@ -30,4 +31,26 @@ def validate_pipeline(cfg: Config) -> list[str]:
         )
     if cfg.algorithm.dynamic_sampling:
         p.append(f"algorithm.dynamic_sampling: supported in training.mode=sync only, not {t.mode}")
+    return p
+
+
+def validate_colocate(cfg: Config) -> list[str]:
+    """resources.colocate: the learner's module generates, so the phases must never overlap and
+    there must be one module: the HF engine, one rollout worker, one learner actor."""
+    res, t, p = cfg.resources, cfg.training, []
+    if not res.colocate:
+        return p
+    why = "resources.colocate=true runs rollout inside the one learner actor"
+    if t.mode != "sync":
+        p.append(f"{why}, so rollout cannot overlap training: it needs training.mode=sync, not {t.mode}")
+    if cfg.rollout.engine != "hf":
+        p.append(f"{why}, from the learner's module: it needs rollout.engine=hf, not {cfg.rollout.engine}")
+    if res.rollout.count != 1:
+        p.append(f"{why}: it needs resources.rollout.count=1, not {res.rollout.count}")
+    # relay.fsdp.is_sharded (not imported: validation runs before torch is imported)
+    if res.learner.count > 1 or t.mixed_precision != "none" or t.cpu_offload:
+        p.append(
+            f"{why}: it needs one learner actor, not an FSDP rank group (resources.learner.count={res.learner.count}, "
+            f"training.mixed_precision={t.mixed_precision}, training.cpu_offload={t.cpu_offload})"
+        )
     return p

@@ -32,14 +32,28 @@ class HFEngine:
         self.generate_kwargs = engine_kwargs  # passed to model.generate untouched
         self._version = 0
 
+    @classmethod
+    def sharing(cls, model: torch.nn.Module, tokenizer, **engine_kwargs) -> HFEngine:
+        """An engine that generates from `model` itself, the learner's module (resources.colocate):
+        no copy of the weights, so a weight sync is only `set_weight_version`. The caller keeps the
+        module in eval mode (the learner does: dropout off) and the RNG out of its way."""
+        engine = cls.__new__(cls)
+        engine.tokenizer, engine.model, engine.generate_kwargs, engine._version = tokenizer, model, engine_kwargs, 0
+        engine.device = next(model.parameters()).device
+        return engine
+
+    def set_weight_version(self, version: int) -> None:
+        """A shared module (`sharing`) holds the trained weights already: a sync only tags them."""
+        self._version = version
+
     @property
     def weight_version(self) -> int:
         return self._version
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+        if sampling.seed is not None:  # on CPU only the CPU generator: torch.manual_seed seeds every backend too (ms)
+            (torch.random.default_generator if self.device.type == "cpu" else torch).manual_seed(sampling.seed)
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
         out: list[Completion] = []
         for start in range(0, len(flat), GENERATE_CHUNK):

@@ -1,0 +1,100 @@
+"""The learner and the rollout worker in one actor, generating from one module (resources.colocate).
+
+verl's "hybrid engine", the Ray-native way: the actor holds a Learner and a RolloutWorker whose
+HF engine is built around the learner's own module (HFEngine.sharing). Per step that saves the
+weight copy into a second model, a second process holding that model and torch, and the round
+trips of the shared-memory sync; a weight sync is a version bump. The driver's calls stay as they
+are: `actors.rollout = [this]` and `actors.learner = this`, and each method below is the
+Learner's or the RolloutWorker's of the same name, so every phase (rollout, update, sync) is
+still timed and reported by the driver.
+
+Only where the phases never overlap: training.mode sync, rollout.engine hf, one rollout worker,
+one learner actor (relay/config/validate.py says so, naming the key, before any actor starts).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from actors.learner import Learner
+from actors.rollout import RolloutWorker, peak_rss_mb
+from actors.weights import node_id
+from relay.config import Config
+from relay.engines.hf import HFEngine
+from relay.models.loading import load_tokenizer
+from relay.types import Batch, Sample
+
+
+class ColocatedWorker:
+    learner, worker = None, None  # __repr__'s fields; see RolloutWorker
+
+    def __init__(
+        self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
+    ):
+        self.learner = Learner(cfg, model_path, num_threads)  # its module stays in eval mode: dropout off
+        m = cfg.model
+        tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
+        engine = HFEngine.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
+        self.worker = RolloutWorker(cfg, model_path, 0, num_threads, env_pool, tool_executors, engine=engine)
+        cuda = self.learner.device.type == "cuda"
+        self.rng_devices = [self.learner.device] if cuda else []
+
+    # -- rollout: the RolloutWorker's calls
+
+    def rollout(
+        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
+    ) -> tuple[list[Sample], dict[str, float]]:
+        # The engine seeds the global RNG for each generate (reproducible samples); the learner's
+        # stream must go on as if no rollout ran here, so its checkpointed RNG resumes exactly.
+        with torch.random.fork_rng(devices=self.rng_devices):
+            return self.worker.rollout(rows, step, first_group_id, greedy)
+
+    def encode_prompt(self, row: dict[str, Any]) -> list[int]:
+        return self.worker.encode_prompt(row)
+
+    def sleep(self) -> None:  # the HF engine keeps no KV cache between calls
+        pass
+
+    def weight_version(self) -> int:
+        return self.worker.engine.weight_version
+
+    def use_trained_weights(self, version: int) -> float:
+        """The weight sync: the engine already generates from the trained module; tag it `version`."""
+        start = time.perf_counter()
+        self.worker.engine.set_weight_version(version)
+        self.worker.weights_version = version
+        return time.perf_counter() - start
+
+    # -- training: the Learner's calls
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        return self.learner.update(batch)
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
+        return self.learner.compute_logprobs(batch)
+
+    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor | None:
+        return self.learner.compute_ref_logprobs(batch)
+
+    def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+        return self.learner.state()
+
+    def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
+        self.learner.load_state(groups, meta)
+
+    def save_hf(self, folder: str, tokenizer_path: str) -> None:
+        self.learner.save_hf(folder, tokenizer_path)
+
+    # -- both
+
+    def node_id(self) -> str:
+        return node_id()
+
+    def peak_memory_mb(self) -> float:
+        return peak_rss_mb()
+
+    def __repr__(self) -> str:
+        return f"ColocatedWorker({self.learner!r}, {self.worker!r})"

@@ -1,0 +1,73 @@
+"""resources.colocate (actors/colocated.py): one actor is learner and rollout worker, generating
+from the learner's own module. Plain classes, no Ray: the same batch gives the same samples and the
+same update as the separate Learner and RolloutWorker; a sync is a version bump; the learner's RNG
+stream is untouched by rollouts."""
+
+import pytest
+import torch
+
+from actors.colocated import ColocatedWorker
+from actors.learner import Learner
+from actors.rollout import RolloutWorker
+from relay.algos import compute_advantages
+from relay.config import ConfigError, load_config
+from relay.run import task_rows
+from relay.types import Batch
+
+SMALL = ["training.prompts_per_step=4", "rollout.n=4", "training.micro_batch_size=8"]
+
+
+def batch_of(samples) -> Batch:
+    batch = Batch.from_samples(samples, pad_id=0)
+    batch.advantages, batch.returns = compute_advantages(
+        "grpo", rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids
+    )
+    return batch
+
+
+def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_model_path):
+    cfg = load_config(None, [*SMALL, "resources.colocate=true"])
+    rows = task_rows(cfg)[0][:4]
+    worker, learner = RolloutWorker(cfg, tiny_model_path, 0, 1), Learner(cfg, tiny_model_path, 1)
+    colocated = ColocatedWorker(cfg, tiny_model_path, 1)
+    assert colocated.worker.engine.model is colocated.learner.model  # one module, no copy
+
+    for step in range(3):
+        theirs, _ = worker.rollout(rows, step, first_group_id=0)  # seeds the global RNG (in its own process)
+        rng = torch.get_rng_state()
+        ours, metrics = colocated.rollout(rows, step, first_group_id=0)
+        assert torch.equal(torch.get_rng_state(), rng)  # the learner's stream goes on as if no rollout ran
+        assert [s.response_ids for s in ours] == [s.response_ids for s in theirs]
+        assert [s.reward for s in ours] == [s.reward for s in theirs]  # scored in the actor
+        assert {s.weight_version for s in ours} == {step}
+        for a, b in zip(ours, theirs):
+            assert torch.allclose(torch.tensor(a.rollout_logprobs), torch.tensor(b.rollout_logprobs), atol=1e-5)
+        assert metrics["rollout/tokens"] == sum(s.num_model_tokens for s in ours)
+
+        separate, together = learner.update(batch_of(theirs)), colocated.update(batch_of(ours))
+        for key in ("actor/loss", "actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+            assert together[key] == pytest.approx(separate[key], rel=1e-5, abs=1e-7), key
+        # the engine's logprobs are the trained module's own: the rollout/learner gap is float noise
+        assert together["rollout/logprob_diff_max"] < 1e-5
+        for (name, p), q in zip(colocated.learner.model.named_parameters(), learner.model.parameters()):
+            assert torch.allclose(p, q, atol=1e-6), name
+
+        worker.engine.update_weights(learner.model.state_dict(), step + 1)
+        assert colocated.use_trained_weights(step + 1) >= 0.0  # the colocated path: a version bump
+        assert colocated.weight_version() == step + 1
+
+
+@pytest.mark.parametrize(
+    "overrides, line",
+    [
+        (["training.mode=async"], "it needs training.mode=sync, not async"),
+        (["rollout.engine=vllm"], "it needs rollout.engine=hf, not vllm"),
+        (["resources.rollout.count=2", "training.prompts_per_step=4"], "it needs resources.rollout.count=1, not 2"),
+        (["resources.learner.count=2"], "not an FSDP rank group (resources.learner.count=2"),
+    ],
+)
+def test_colocate_refuses_what_cannot_share_one_module(overrides, line):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["resources.colocate=true", *overrides])
+    said = [p for p in e.value.problems if p.startswith("resources.colocate=true")]
+    assert len(said) == 1 and line in said[0], e.value.problems
