@@ -46,6 +46,7 @@ RECIPE = {
     "steps": 800,
     "pairs_per_step": 32,
     "lr": 1e-3,
+    "lm_weight": 1.0,  # next-token loss on right answers, beside the pairs' loss
     "digits": 2,
     "max_new_tokens": 6,
 }
@@ -189,9 +190,23 @@ def pair_accuracy(scores: torch.Tensor, pairs: list[tuple[int, int]]) -> float:
     return (scores[right] > scores[wrong]).float().mean().item()
 
 
-def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: int, log=None) -> None:
-    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt.
-    Only the order within a prompt is taught, which is all a GRPO group baseline reads."""
+def lm_loss(model, ids: torch.Tensor, hidden: torch.Tensor, ends: list[int], answer_lens: list[int]) -> torch.Tensor:
+    """Next-token loss on each right answer's digits and its end of turn, through the tied
+    embeddings: the backbone learns to add (carries kept), which the score head then reads."""
+    logits = hidden[:, :-1] @ model.model.embed_tokens.weight.T  # [B, T-1, V]
+    labels = torch.full(ids[:, 1:].shape, -100)
+    for b, (end, n) in enumerate(zip(ends, answer_lens)):  # the row ends <|im_end|> \n
+        labels[b, end - 3 - n : end - 2] = ids[b, end - 2 - n : end - 1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def train(
+    model, rows: list[list[int]], pairs: list[tuple[int, int]], answer_lens: list[int], pad_id: int, log=None
+) -> None:
+    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt,
+    plus lm_weight x the next-token loss on the right answers. Only the order within a prompt is
+    taught, which is all a GRPO group baseline reads. The score is the last token's, as
+    AutoModelForSequenceClassification pools it (rows are right-padded)."""
     r = RECIPE
     optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=r["lr"], total_steps=r["steps"], pct_start=0.05)
@@ -202,8 +217,17 @@ def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: in
         if len(order) < r["pairs_per_step"]:
             order += rng.sample(pairs, len(pairs))
         chunk, order = order[: r["pairs_per_step"]], order[r["pairs_per_step"] :]
-        out = logits(model, [rows[i] for pair in chunk for i in pair], pad_id).view(-1, 2)
+        batch = [rows[i] for pair in chunk for i in pair]
+        width = max(map(len, batch))
+        ids = torch.tensor([b + [pad_id] * (width - len(b)) for b in batch])
+        mask = torch.tensor([[1] * len(b) + [0] * (width - len(b)) for b in batch])
+        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [2P, T, H]
+        ends = [len(b) for b in batch]
+        out = model.score(hidden[torch.arange(len(batch)), torch.tensor(ends) - 1])[:, 0].view(-1, 2)
         loss = -torch.nn.functional.logsigmoid(out[:, 0] - out[:, 1]).mean()
+        if r["lm_weight"]:
+            lens = [answer_lens[right] for right, _ in chunk]
+            loss = loss + r["lm_weight"] * lm_loss(model, ids[0::2], hidden[0::2], ends[0::2], lens)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -255,7 +279,8 @@ def build(out: Path) -> dict:
             flush=True,
         )
 
-    train(model, train_ids, pairs, pad, log)
+    answer_lens = [len(tokenizer(s.response_text, add_special_tokens=False).input_ids) for s in train_samples]
+    train(model, train_ids, pairs, answer_lens, pad, log)
     model.eval()
     own_scores, hard_scores = scores_of(model, own_ids, pad), scores_of(model, hard_ids, pad)
     held_out = {

@@ -77,6 +77,12 @@ def fooling(wrong: list[tuple[str, str]], rm_path: str) -> list[tuple[str, str]]
     return [w for i, w in enumerate(wrong) if scores[i] >= scores[n + i]]
 
 
+def shipped_rm() -> str:
+    from relay.models.shipped import RM_NAME, shipped_model
+
+    return str(shipped_model(RM_NAME))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a run folder with samples/ (or a samples folder or file)")
@@ -84,12 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HACKS, help=f"file to add to (default: {HACKS})")
     args = parser.parse_args(argv)
     if not sample_files(args.run):
-        print(f"relay.models.rm_hacks: no sample files in {args.run} (run with logging.samples_every=1)")
+        print(
+            f"relay.models.rm_hacks: no sample files in {args.run} (run with logging.samples_every=1)", file=sys.stderr
+        )
         return 2
-    from relay.models.shipped import RM_NAME, shipped_model
-
     wrong = wrong_answers(args.run)
-    hacks = fooling(wrong, args.rm or str(shipped_model(RM_NAME))) if wrong else []
+    hacks = fooling(wrong, args.rm or shipped_rm()) if wrong else []
     known = (
         {tuple(json.loads(line).values()) for line in args.out.read_text().splitlines()} if args.out.exists() else set()
     )
