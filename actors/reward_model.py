@@ -15,6 +15,7 @@ import time
 import ray
 import torch
 
+from actors.supervision import Call, Supervisor
 from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
@@ -45,10 +46,12 @@ class RewardModel:
 
 class RewardModelPool:
     """The driver's handle on the RewardModel actors: the running score statistics live here, so
-    every actor's scores are normalised alike."""
+    every actor's scores are normalised alike. The actors hold no state but their model, so one
+    that dies is rebuilt by Ray (resources.max_restarts) and its shard is scored again there
+    (`faults`, the driver's Supervisor; counted in faults/*)."""
 
-    def __init__(self, cfg: Config, handles: list):
-        self.cfg, self.handles = cfg.reward_model, handles
+    def __init__(self, cfg: Config, handles: list, faults: Supervisor | None = None):
+        self.cfg, self.handles, self.faults = cfg.reward_model, handles, faults
         self.norm = RunningMeanStd() if self.cfg.normalize else None
         # the task's reward function combines rm_score itself: called here, after the reward model
         self.combiner = Scorer(resolve_dotted(cfg.task.reward_fn_path)) if takes_rm_score(cfg) else None
@@ -58,7 +61,15 @@ class RewardModelPool:
         """Score `samples` on the actors, write each one's combined reward; the rm/* metrics."""
         start, k = time.perf_counter(), len(self.handles)
         shards = [samples[i::k] for i in range(k)]
-        results = ray.get([h.score.remote(shard) for h, shard in zip(self.handles, shards) if shard])
+        calls = [
+            Call(h, lambda h=h, shard=shard: h.score.remote(shard), f"reward_model-{i} scores")
+            for i, (h, shard) in enumerate(zip(self.handles, shards))
+            if shard
+        ]
+        if self.faults is not None:
+            results = self.faults.get_all(calls)
+        else:
+            results = ray.get([c.submit() for c in calls])
         scores: list[float | None] = [None] * len(samples)
         errors: list[str | None] = [None] * len(samples)
         for i, (shard_scores, shard_errors) in enumerate(results):
@@ -89,6 +100,14 @@ class RewardModelPool:
             # the rule's mean on the same samples: a score that rises while this does not is reward hacking
             "rm/rule_reward_mean": sum(s.meta["rule_reward"] for s in samples) / len(samples),
         }
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the running score statistics (reward_model.normalize)."""
+        return {} if self.norm is None else {"norm": self.norm.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.norm is not None and "norm" in state:
+            self.norm.load_state_dict(state["norm"])
 
     def _fail(self, sample: Sample, why: str) -> None:
         sample.reward, sample.reward_error = 0.0, why

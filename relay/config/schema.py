@@ -296,7 +296,7 @@ class ResourcesConfig:
     # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
     # and the rollout workers each hold whole GPUs.
     weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
-    # Faults (actors/supervision.py). Rollout workers, env pools and tool executors are restarted
+    # Faults (actors/supervision.py). Rollout workers, env pools, tool executors and reward models are restarted
     # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
     # is redone on the replacement. A call past its deadline kills its actor (then restarted):
     # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a
