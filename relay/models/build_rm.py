@@ -47,6 +47,7 @@ RECIPE = {
     "pairs_per_step": 32,
     "lr": 1e-3,
     "lm_weight": 1.0,  # next-token loss on right answers, beside the pairs' loss
+    "carry_weight": 3,  # (right, right +-10) pairs seen this many times as often as the others
     "digits": 2,
     "max_new_tokens": 6,
 }
@@ -69,13 +70,9 @@ def malformed(answer: str) -> list[str]:
     return [
         "",
         answer + answer,  # repeated
-        answer + answer[-1],
         answer[0] * 6,  # too long
-        "0" + answer,
         answer[:-1] or "x",  # cut short
         answer + "+",  # extra text
-        "=" + answer,
-        answer + " 0",
     ]
 
 
@@ -169,6 +166,18 @@ def logits(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask).logits[:, 0]
 
 
+def carry_weighted(pairs: list[tuple[int, int]], samples: list[Sample], times: int) -> list[tuple[int, int]]:
+    """`pairs`, those whose wrong answer is a carry too few or too many (the right one +-10) `times`
+    over: whether a problem carries is the one thing GRPO moves the tiny policy on, both ways
+    (the format violations and the hundreds are learnt within a hundred steps anyway)."""
+
+    def off_by_ten(i: int) -> bool:
+        text = samples[i].response_text
+        return text.isdigit() and abs(int(text) - int(samples[i].ground_truth)) == 10
+
+    return [p for p in pairs for _ in range(times if off_by_ten(p[1]) else 1)]
+
+
 def pairs_of(samples: list[Sample], labels: list[float]) -> list[tuple[int, int]]:
     """(right, wrong) index pairs of answers to the same prompt."""
     by_prompt: dict[str, tuple[list[int], list[int]]] = {}
@@ -258,12 +267,13 @@ def build(out: Path) -> dict:
     )
     train_answers = sample_answers(policy, tokenizer, train_rows, r["answers_per_prompt"], r["seed"])
     eval_answers = sample_answers(policy, tokenizer, eval_rows, 8, 1)
-    train_samples, train_labels, _ = labelled(train_answers + hard_negatives(train_rows) + hacks(r["digits"]))
+    collected = hacks(r["digits"])  # read once: the count recorded is the count trained on
+    train_samples, train_labels, _ = labelled(train_answers + hard_negatives(train_rows) + collected)
     # held out: the policy's own answers (what RL shows the RM first), then every hard negative
     own_samples, own_labels, _ = labelled(eval_answers)
     hard_samples, hard_labels, hard_kinds = labelled(hard_negatives(eval_rows) + eval_answers)
     train_ids, own_ids, hard_ids = (encode(tokenizer, x) for x in (train_samples, own_samples, hard_samples))
-    pairs = pairs_of(train_samples, train_labels)
+    pairs = carry_weighted(pairs_of(train_samples, train_labels), train_samples, r["carry_weight"])
     own_pairs, hard_pairs = pairs_of(own_samples, own_labels), pairs_of(hard_samples, hard_labels)
     print(f"build_rm: {len(train_ids)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
 
@@ -293,7 +303,7 @@ def build(out: Path) -> dict:
     }
     files = save_folder(model, tokenizer, out / RM_NAME)
     recipe = {"builder": "relay.models.build_rm", "base": BASE, **r, "neighbours": list(NEIGHBOURS)}
-    recipe["hacks"] = len(hacks(r["digits"]))
+    recipe["hacks"] = len(collected)
     record(out, RM_NAME, {"recipe": recipe, "files": files, "held_out": held_out})
     print(
         f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out: orders "
