@@ -1,8 +1,9 @@
 """Build the shipped reward model for the built-in arithmetic task: `python -m relay.models.build_rm`.
 
 The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); each
-prompt's right answer and the wrong answers next to it (NEIGHBOURS) join them; the
-exact-answer rule labels each answer right or wrong; a sequence classifier with one label,
+prompt's right answer, the wrong answers next to it (NEIGHBOURS), its format violations and the
+hacks GRPO runs found against earlier builds (HACKS) join them; the exact-answer rule labels
+each answer right or wrong; a sequence classifier with one label,
 started from the tiny policy's own weights (a fresh score head), learns to score the right
 answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
 The tiny policy's mistakes are mostly a dropped ones carry (17+25 -> 32), so the reward model
@@ -14,8 +15,8 @@ steps): "is this a carry problem" explains most of the labels, and the answer's 
 never looked at. Pairs from one prompt leave only the answer to tell them apart.
 
 Writes relay/models/shipped/tiny-rm and its manifest entry, with the share of (right, wrong)
-answer pairs to held-out prompts it orders right. One thread and fixed seeds: the same machine
-rebuilds the same bits.
+answer pairs to held-out prompts it orders right, by kind of wrong answer. One thread and fixed
+seeds: the same machine rebuilds the same bits (698 s on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ RECIPE = {
 NEIGHBOURS = (-100, -11, -10, -9, -1, 1, 9, 10, 11, 100)
 TRAIN_SEED = 3_000_017  # prompts neither the tiny model's warm start nor any held-out set uses
 # Wrong answers a GRPO policy produced against an earlier tiny-rm and that it scored high,
-# (prompt, answer) per line; the build labels them by the exact rule (`python -m relay.models.rm_hacks runs/<name>` collects them).
+# (prompt, answer) per line; the build labels them by the exact rule (`python -m relay.rm_hacks runs/<name>` collects them).
 HACKS = Path(__file__).with_name("rm_hacks.jsonl")
 
 

@@ -1,4 +1,4 @@
-"""relay.models.rm_hacks: the wrong answers of a GRPO run that the reward model scored at least as
+"""relay.rm_hacks: the wrong answers of a GRPO run that the reward model scored at least as
 high as the right one, read back from the run's sample files for the next build of tiny-rm."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from relay.models import rm_hacks
+from relay import rm_hacks
 from relay.models.loading import load_tokenizer
 from relay.samples import SampleWriter
 from relay.types import Sample

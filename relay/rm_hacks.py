@@ -1,5 +1,5 @@
 """Collect the reward hacks of a GRPO run against a reward model, for the next build of tiny-rm:
-`python -m relay.models.rm_hacks runs/<name> [--rm PATH] [--out FILE]`.
+`python -m relay.rm_hacks runs/<name> [--rm PATH] [--out FILE]`.
 
 Reads the run's sample files (run with logging.samples_every=1 and a large
 logging.samples_per_write to see whole batches), keeps each arithmetic answer the exact rule
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 from relay.envs.arithmetic import arithmetic_reward
+from relay.models.build_rm import HACKS
 from relay.samples import EPISODE, MODEL_TURN, PROMPT, SECTION
 from relay.show import sample_files
 from relay.types import Sample
 
-HACKS = Path(__file__).with_name("rm_hacks.jsonl")
 _PROMPT = re.compile(r"(\d+)\+(\d+)")
 _END = "<|im_end|>"
 
@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HACKS, help=f"file to add to (default: {HACKS})")
     args = parser.parse_args(argv)
     if not sample_files(args.run):
-        print(
-            f"relay.models.rm_hacks: no sample files in {args.run} (run with logging.samples_every=1)", file=sys.stderr
-        )
+        print(f"relay.rm_hacks: no sample files in {args.run} (run with logging.samples_every=1)", file=sys.stderr)
         return 2
     wrong = wrong_answers(args.run)
     hacks = fooling(wrong, args.rm or shipped_rm()) if wrong else []
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted(known | set(hacks))
     args.out.write_text("".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in rows))
     print(
-        f"relay.models.rm_hacks: {len(wrong)} distinct wrong answers in {args.run}; the reward model scores "
+        f"relay.rm_hacks: {len(wrong)} distinct wrong answers in {args.run}; the reward model scores "
         f"{len(hacks)} of them at least as high as the right answer; {len(rows) - len(known)} new, {len(rows)} in {args.out}"
     )
     return 0
