@@ -16,7 +16,7 @@ never looked at. Pairs from one prompt leave only the answer to tell them apart.
 
 Writes relay/models/shipped/tiny-rm and its manifest entry, with the share of (right, wrong)
 answer pairs to held-out prompts it orders right, by kind of wrong answer. One thread and fixed
-seeds: the same machine rebuilds the same bits (698 s on a loaded 2-core machine).
+seeds: the same machine rebuilds the same bits (450-700 s on a loaded 2-core machine).
 """
 
 from __future__ import annotations
