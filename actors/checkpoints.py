@@ -29,6 +29,8 @@ def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_la
         elif handle is not None:
             role_tensors, state[role] = get(handle.state.remote(), handle, "checkpoint state", long=True)
             tensors.update(role_tensors)
+    if getattr(actors, "reward_model", None) is not None:  # its running score statistics: exact resume
+        state["reward_model"] = actors.reward_model.state_dict()
 
     def write_shards(folder: Path) -> None:
         refs = [handle.save_shards.remote(str(folder / role)) for role, handle in sharded.items()]
@@ -42,6 +44,8 @@ def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_la
 def load_training_checkpoint(actors, path: Path, groups: dict, state: dict) -> None:
     """Give every trained role its state from the checkpoint at `path` (verified by load_checkpoint).
     Shards written by N ranks load on any number of ranks, or on one actor."""
+    if getattr(actors, "reward_model", None) is not None:
+        actors.reward_model.load_state_dict(state.get("reward_model", {}))
     for role in TRAINED_ROLES:
         handle, meta = getattr(actors, role), state.get(role)
         if handle is None or meta is None:

@@ -18,6 +18,8 @@ and for this module; absent keys are skipped, so a run without tools records not
                                                     one_step_off / async; a sync run has no buffer)
     tools/calls / time/rollout_s                    gauge: tool calls per second of the rollout phase
     tools/errors                                    counter (errors this step are added)
+    rm/score_mean, rm/rule_reward_mean, rm/seconds  gauges (runs with reward_model.path: RM_ONLY)
+    rm/errors                                       counter
 """
 
 from __future__ import annotations
@@ -55,9 +57,18 @@ METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
     "tool_calls_per_s": (Gauge, "Tool calls per second of rollout", ()),
     "tool_errors": (Counter, "Tool calls that failed (timeouts, bad calls, sandbox errors)", ()),
     "steps": (Counter, "Training steps finished", ()),
+    "rm_score_mean": (Gauge, "Mean reward-model score of the step's batch (before normalisation)", ()),
+    "rm_rule_reward_mean": (
+        Gauge,
+        "Mean rule reward of the same batch: flat while rm_score_mean climbs is hacking",
+        (),
+    ),
+    "rm_errors": (Counter, "Samples the reward model could not score", ()),
+    "rm_seconds": (Gauge, "Wall time of the step's reward-model scoring", ()),
 }
 # Recorded only by runs with a rollout buffer (training.mode one_step_off / async).
 PIPELINE_METRICS = frozenset({"queue_depth", "groups_in_flight"})
+RM_ONLY = frozenset({"rm_score_mean", "rm_rule_reward_mean", "rm_errors", "rm_seconds"})  # reward_model.path set
 # metrics-dict key -> the metrics that record its value as it is
 AS_IS: dict[str, tuple[str, ...]] = {
     keys.REWARD_MEAN: ("reward_mean",),
@@ -71,6 +82,10 @@ AS_IS: dict[str, tuple[str, ...]] = {
     keys.QUEUE_DEPTH: ("queue_depth",),
     keys.IN_FLIGHT: ("groups_in_flight",),
     keys.TOOL_ERRORS: ("tool_errors",),
+    keys.RM_SCORE_MEAN: ("rm_score_mean",),
+    keys.RM_RULE_REWARD_MEAN: ("rm_rule_reward_mean",),
+    keys.RM_ERRORS: ("rm_errors",),
+    keys.RM_SECONDS: ("rm_seconds",),
 }
 
 

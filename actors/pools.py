@@ -316,7 +316,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if "reward_model" in roles:
             rm_path, rm = reward_model_path(cfg.reward_model.path), res.reward_model
             handles = create_group(
-                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(rm)), groups
+                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(rm)), groups, restarts
             )
             actors.reward_model = RewardModelPool(cfg, handles, actors.faults)
         sleep = cfg.rollout.sleep_while_training

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from actors.supervision import Supervisor
+from actors.supervision import Call, Supervisor
 from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
@@ -45,11 +45,14 @@ class RewardModel:
 
 class RewardModelPool:
     """The driver's handle on the RewardModel actors: the running score statistics live here, so
-    every actor's scores are normalised alike."""
+    every actor's scores are normalised alike. The actors hold no state but their model, so one
+    that dies is rebuilt by Ray (resources.max_restarts) and its shard is scored again there
+    (`faults`, the driver's Supervisor; counted in faults/*)."""
 
     def __init__(self, cfg: Config, handles: list, faults: Supervisor | None = None):
         self.cfg, self.handles = cfg.reward_model, handles
-        # scoring's deadline (resources.update_timeout_s): a hung reward model stops the run, resumable
+        # scoring's deadline is resources.update_timeout_s: a hung reward model is killed, restarted
+        # and its shard scored again, like one that died
         self.faults = faults or Supervisor(
             cfg.resources.call_timeout_s, update_timeout_s=cfg.resources.update_timeout_s
         )
@@ -62,9 +65,12 @@ class RewardModelPool:
         """Score `samples` on the actors, write each one's combined reward; the rm/* metrics."""
         start, k = time.perf_counter(), len(self.handles)
         shards = [samples[i::k] for i in range(k)]
-        busy = [(h, shard) for h, shard in zip(self.handles, shards) if shard]
-        refs = [h.score.remote(shard) for h, shard in busy]
-        results = self.faults.get(refs, [h for h, _ in busy], "reward model scores", long=True)
+        calls = [
+            Call(h, lambda h=h, shard=shard: h.score.remote(shard), f"reward_model-{i} scores")
+            for i, (h, shard) in enumerate(zip(self.handles, shards))
+            if shard
+        ]
+        results = self.faults.get_all(calls, self.faults.update_timeout_s)
         scores: list[float | None] = [None] * len(samples)
         errors: list[str | None] = [None] * len(samples)
         for i, (shard_scores, shard_errors) in enumerate(results):
@@ -95,6 +101,14 @@ class RewardModelPool:
             # the rule's mean on the same samples: a score that rises while this does not is reward hacking
             "rm/rule_reward_mean": sum(s.meta["rule_reward"] for s in samples) / len(samples),
         }
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the running score statistics (reward_model.normalize)."""
+        return {} if self.norm is None else {"norm": self.norm.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.norm is not None and "norm" in state:
+            self.norm.load_state_dict(state["norm"])
 
     def _fail(self, sample: Sample, why: str) -> None:
         sample.reward, sample.reward_error = 0.0, why

@@ -157,7 +157,7 @@ class Supervisor:
             results.append(result)
         return results
 
-    # -- roles that are not restarted: learner, reference, critic, reward model
+    # -- roles that are not restarted: learner, reference, critic
 
     def get(self, refs, handles, what: str, long: bool = False):
         """ray.get(refs) within the deadline (`long`: resources.update_timeout_s, else call_timeout_s)."""

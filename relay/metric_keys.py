@@ -22,6 +22,12 @@ STALENESS = "weights/staleness"  # the version the update ran on minus the batch
 TOOL_CALLS = "tools/calls"  # tool calls the model made this step (malformed ones included)
 TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, timeouts, malformed calls)
 TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
+# reward_model.* (actors/reward_model.py): raw scores' mean, the rule's mean on the same samples
+# (a score that climbs while it stays flat is reward hacking), unscored samples, scoring time
+RM_SCORE_MEAN = "rm/score_mean"
+RM_RULE_REWARD_MEAN = "rm/rule_reward_mean"
+RM_ERRORS = "rm/errors"
+RM_SECONDS = "rm/seconds"
 STEP_S = phase_seconds("step")
 ROLLOUT_S = phase_seconds("rollout")
 REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers inside the rollout phase: the slowest's

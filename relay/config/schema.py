@@ -305,7 +305,7 @@ class ResourcesConfig:
     # process (one model, one torch) is saved. It takes resources.learner; resources.rollout is unused.
     # For training.mode sync with rollout.engine hf, one rollout worker and one learner actor.
     colocate: bool = False
-    # Faults (actors/supervision.py). Rollout workers, env pools and tool executors are restarted
+    # Faults (actors/supervision.py). Rollout workers, env pools, tool executors and reward models are restarted
     # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
     # is redone on the replacement. A call past its deadline kills its actor (then restarted):
     # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a

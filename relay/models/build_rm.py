@@ -1,8 +1,9 @@
 """Build the shipped reward model for the built-in arithmetic task: `python -m relay.models.build_rm`.
 
 The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); each
-prompt's right answer and the wrong answers next to it (NEIGHBOURS) join them; the
-exact-answer rule labels each answer right or wrong; a sequence classifier with one label,
+prompt's right answer, the wrong answers next to it (NEIGHBOURS), its format violations and the
+hacks GRPO runs found against earlier builds (HACKS) join them; the exact-answer rule labels
+each answer right or wrong; a sequence classifier with one label,
 started from the tiny policy's own weights (a fresh score head), learns to score the right
 answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
 The tiny policy's mistakes are mostly a dropped ones carry (17+25 -> 32), so the reward model
@@ -14,13 +15,14 @@ steps): "is this a carry problem" explains most of the labels, and the answer's 
 never looked at. Pairs from one prompt leave only the answer to tell them apart.
 
 Writes relay/models/shipped/tiny-rm and its manifest entry, with the share of (right, wrong)
-answer pairs to held-out prompts it orders right. One thread and fixed seeds: the same machine
-rebuilds the same bits.
+answer pairs to held-out prompts it orders right, by kind of wrong answer. One thread and fixed
+seeds: the same machine rebuilds the same bits (450-700 s on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -40,26 +42,43 @@ from relay.types import Sample
 RECIPE = {
     "seed": 0,
     "train_prompts": 2000,  # x answers_per_prompt sampled answers, deduplicated per prompt
-    "answers_per_prompt": 8,
+    "answers_per_prompt": 4,
     "eval_prompts": 512,
-    "steps": 600,
+    "steps": 800,
     "pairs_per_step": 32,
-    "lr": 3e-4,
+    "lr": 1e-3,
+    "lm_weight": 1.0,  # next-token loss on right answers, beside the pairs' loss
+    "carry_weight": 3,  # (right, right +-10) pairs seen this many times as often as the others
     "digits": 2,
     "max_new_tokens": 6,
 }
-# Wrong answers next to the right one, added to the policy's own answers. Trained on the policy's
-# answers alone, the reward model learned "one more carry is better" (its wrong answers were all
-# a carry short) and GRPO against it drove held-out accuracy from 0.53 to 0.07 in 60 steps, the
-# policy answering 26+89 with 116 and 80+12 with 114. A carry too few and a carry too many, both
-# wrong, close that door. (Off by 1 and 100 as well made the task too hard for the budget: after
-# 400 steps the model ordered 0.65 of the policy's own answer pairs right, against 0.92 without.)
-NEIGHBOURS = (-10, 10)
+# Wrong answers next to the right one, added to the policy's own answers (issue 17). Each closed a
+# door GRPO walked through: trained on the policy's answers alone (all of them a ones carry short),
+# the reward model learned "larger is better" and the policy answered 26+89 with 116 (held-out
+# 0.53 -> 0.07); with a carry too few/many added it could not tell a ones digit off by one, and the
+# policy answered 33+57 with 91 (0.53 -> 0.11). So: every digit off by one (+-1, +-10, +-100), the
+# carry errors (+-9, +-11: a carry moved between digits) and a carry too few/many.
+NEIGHBOURS = (-100, -11, -10, -9, -1, 1, 9, 10, 11, 100)
 TRAIN_SEED = 3_000_017  # prompts neither the tiny model's warm start nor any held-out set uses
+# Wrong answers a GRPO policy produced against an earlier tiny-rm and that it scored high,
+# (prompt, answer) per line; the build labels them by the exact rule (`python -m relay.rm_hacks runs/<name>` collects them).
+HACKS = Path(__file__).with_name("rm_hacks.jsonl")
+
+
+def malformed(answer: str) -> list[str]:
+    """Format violations of a right answer: all wrong by the exact rule, some a GRPO policy could
+    drift to in its 6 tokens (repeated digits, too long, extra text, no number at all)."""
+    return [
+        "",
+        answer + answer,  # repeated
+        answer[0] * 6,  # too long
+        answer[:-1] or "x",  # cut short
+        answer + "+",  # extra text
+    ]
 
 
 @torch.no_grad()
-def sample_answers(policy, tokenizer, rows: list[dict], n: int, seed: int) -> list[tuple[dict, str]]:
+def sample_answers(policy, tokenizer, rows: list[dict], n: int, seed: int) -> list[tuple[dict, str, str]]:
     """n sampled answers per row at temperature 1, decoded as a rollout decodes them."""
     torch.manual_seed(seed)
     out = []
@@ -81,7 +100,7 @@ def sample_answers(policy, tokenizer, rows: list[dict], n: int, seed: int) -> li
             pad_token_id=tokenizer.pad_token_id,
         )
         texts = tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
-        out += [(chunk[i // n], text) for i, text in enumerate(texts)]
+        out += [(chunk[i // n], text, "policy") for i, text in enumerate(texts)]
     return out
 
 
@@ -102,28 +121,43 @@ def encode(tokenizer, samples: list[Sample]) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def with_neighbours(pairs: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
-    """`pairs` plus, for each prompt, its right answer and the wrong ones next to it (NEIGHBOURS)."""
-    rows = {row["prompt"]: row for row, _ in pairs}.values()
-    extra = [
-        (row, str(int(row["ground_truth"]) + d))
-        for row in rows
-        for d in (0, *NEIGHBOURS)
-        if int(row["ground_truth"]) + d >= 0
-    ]
-    return pairs + extra
+def hard_negatives(rows: list[dict]) -> list[tuple[dict, str, str]]:
+    """Each row's right answer, the wrong ones next to it (NEIGHBOURS) and its format violations,
+    as (row, answer, kind)."""
+    out = []
+    for row in rows:
+        right = int(row["ground_truth"])
+        out.append((row, str(right), "right"))
+        out += [(row, str(right + d), f"{d:+d}") for d in NEIGHBOURS if right + d >= 0]
+        out += [(row, text, "format") for text in malformed(str(right))]
+    return out
 
 
-def labelled(pairs: list[tuple[dict, str]]) -> tuple[list[Sample], list[float]]:
-    seen, samples, labels = set(), [], []
-    for row, answer in pairs:
+def hacks(digits: int) -> list[tuple[dict, str, str]]:
+    """The collected GRPO hacks (HACKS) as (row, answer, "hack"); the rule labels them later."""
+    if not HACKS.exists():
+        return []
+    out = []
+    for line in HACKS.read_text().splitlines():
+        item = json.loads(line)
+        a, b = (int(x) for x in item["prompt"].split("+"))
+        if max(a, b) < 10**digits:
+            out.append(({"prompt": item["prompt"], "ground_truth": str(a + b)}, item["answer"], "hack"))
+    return out
+
+
+def labelled(items: list[tuple[dict, str, str]]) -> tuple[list[Sample], list[float], list[str]]:
+    """Distinct (prompt, answer) samples, their rule labels and kinds (the first kind seen)."""
+    seen, samples, labels, kinds = set(), [], [], []
+    for row, answer, kind in items:
         if (row["prompt"], answer) in seen:
             continue
         seen.add((row["prompt"], answer))
         s = as_sample(row, answer)
         samples.append(s)
         labels.append(arithmetic_reward(s))
-    return samples, labels
+        kinds.append(kind)
+    return samples, labels, kinds
 
 
 def logits(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
@@ -131,6 +165,18 @@ def logits(model, rows: list[list[int]], pad_id: int) -> torch.Tensor:
     ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
     return model(input_ids=ids, attention_mask=mask).logits[:, 0]
+
+
+def carry_weighted(pairs: list[tuple[int, int]], samples: list[Sample], times: int) -> list[tuple[int, int]]:
+    """`pairs`, those whose wrong answer is a carry too few or too many (the right one +-10) `times`
+    over: whether a problem carries is the one thing GRPO moves the tiny policy on, both ways
+    (the format violations and the hundreds are learnt within a hundred steps anyway)."""
+
+    def off_by_ten(i: int) -> bool:
+        text = samples[i].response_text
+        return text.isdigit() and abs(int(text) - int(samples[i].ground_truth)) == 10
+
+    return [p for p in pairs for _ in range(times if off_by_ten(p[1]) else 1)]
 
 
 def pairs_of(samples: list[Sample], labels: list[float]) -> list[tuple[int, int]]:
@@ -154,9 +200,23 @@ def pair_accuracy(scores: torch.Tensor, pairs: list[tuple[int, int]]) -> float:
     return (scores[right] > scores[wrong]).float().mean().item()
 
 
-def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: int, log=None) -> None:
-    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt.
-    Only the order within a prompt is taught, which is all a GRPO group baseline reads."""
+def lm_loss(model, ids: torch.Tensor, hidden: torch.Tensor, ends: list[int], answer_lens: list[int]) -> torch.Tensor:
+    """Next-token loss on each right answer's digits and its end of turn, through the tied
+    embeddings: the backbone learns to add (carries kept), which the score head then reads."""
+    logits = hidden[:, :-1] @ model.model.embed_tokens.weight.T  # [B, T-1, V]
+    labels = torch.full(ids[:, 1:].shape, -100)
+    for b, (end, n) in enumerate(zip(ends, answer_lens)):  # the row ends <|im_end|> \n
+        labels[b, end - 3 - n : end - 2] = ids[b, end - 2 - n : end - 1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def train(
+    model, rows: list[list[int]], pairs: list[tuple[int, int]], answer_lens: list[int], pad_id: int, log=None
+) -> None:
+    """Bradley-Terry: -log sigmoid(score(right) - score(wrong)) over (right, wrong) pairs of one prompt,
+    plus lm_weight x the next-token loss on the right answers. Only the order within a prompt is
+    taught, which is all a GRPO group baseline reads. The score is the last token's, as
+    AutoModelForSequenceClassification pools it (rows are right-padded)."""
     r = RECIPE
     optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=r["lr"], total_steps=r["steps"], pct_start=0.05)
@@ -167,8 +227,17 @@ def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: in
         if len(order) < r["pairs_per_step"]:
             order += rng.sample(pairs, len(pairs))
         chunk, order = order[: r["pairs_per_step"]], order[r["pairs_per_step"] :]
-        out = logits(model, [rows[i] for pair in chunk for i in pair], pad_id).view(-1, 2)
+        batch = [rows[i] for pair in chunk for i in pair]
+        width = max(map(len, batch))
+        ids = torch.tensor([b + [pad_id] * (width - len(b)) for b in batch])
+        mask = torch.tensor([[1] * len(b) + [0] * (width - len(b)) for b in batch])
+        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [2P, T, H]
+        ends = [len(b) for b in batch]
+        out = model.score(hidden[torch.arange(len(batch)), torch.tensor(ends) - 1])[:, 0].view(-1, 2)
         loss = -torch.nn.functional.logsigmoid(out[:, 0] - out[:, 1]).mean()
+        if r["lm_weight"]:
+            lens = [answer_lens[right] for right, _ in chunk]
+            loss = loss + r["lm_weight"] * lm_loss(model, ids[0::2], hidden[0::2], ends[0::2], lens)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -178,54 +247,70 @@ def train(model, rows: list[list[int]], pairs: list[tuple[int, int]], pad_id: in
             log(step + 1, loss.item())
 
 
+def kind_accuracy(scores: torch.Tensor, pairs: list[tuple[int, int]], kinds: list[str]) -> dict[str, float]:
+    """pair_accuracy of the (right, wrong) pairs whose wrong answer is of each kind."""
+    by_kind: dict[str, list[tuple[int, int]]] = {}
+    for pair in pairs:
+        by_kind.setdefault(kinds[pair[1]], []).append(pair)
+    return {k: round(pair_accuracy(scores, by_kind[k]), 4) for k in sorted(by_kind)}
+
+
 def build(out: Path) -> dict:
     start = time.perf_counter()
     r = RECIPE
     base = shipped_model(BASE)
     tokenizer = load_tokenizer(str(base))
     policy = AutoModelForCausalLM.from_pretrained(base).eval()
-    train_pairs = sample_answers(
-        policy, tokenizer, make_rows(r["train_prompts"], TRAIN_SEED, r["digits"]), r["answers_per_prompt"], r["seed"]
+    pad = tokenizer.pad_token_id
+    train_rows, eval_rows = (
+        make_rows(r["train_prompts"], TRAIN_SEED, r["digits"]),
+        make_rows(r["eval_prompts"], HELD_OUT_SEED, r["digits"]),
     )
-    eval_pairs = sample_answers(
-        policy, tokenizer, make_rows(r["eval_prompts"], HELD_OUT_SEED, r["digits"]), r["answers_per_prompt"], 1
-    )
-    train_samples, train_labels = labelled(with_neighbours(train_pairs))
-    eval_samples, eval_labels = labelled(eval_pairs)  # the policy's own answers: what RL shows the RM
-    near_samples, near_labels = labelled(with_neighbours(eval_pairs))
-    train_rows, eval_rows = encode(tokenizer, train_samples), encode(tokenizer, eval_samples)
-    near_rows = encode(tokenizer, near_samples)
-    pairs, held_out_pairs = pairs_of(train_samples, train_labels), pairs_of(eval_samples, eval_labels)
-    near_pairs = pairs_of(near_samples, near_labels)
-    print(f"build_rm: {len(train_rows)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
+    train_answers = sample_answers(policy, tokenizer, train_rows, r["answers_per_prompt"], r["seed"])
+    eval_answers = sample_answers(policy, tokenizer, eval_rows, 8, 1)
+    collected = hacks(r["digits"])  # read once: the count recorded is the count trained on
+    train_samples, train_labels, _ = labelled(train_answers + hard_negatives(train_rows) + collected)
+    # held out: the policy's own answers (what RL shows the RM first), then every hard negative
+    own_samples, own_labels, _ = labelled(eval_answers)
+    hard_samples, hard_labels, hard_kinds = labelled(hard_negatives(eval_rows) + eval_answers)
+    train_ids, own_ids, hard_ids = (encode(tokenizer, x) for x in (train_samples, own_samples, hard_samples))
+    pairs = carry_weighted(pairs_of(train_samples, train_labels), train_samples, r["carry_weight"])
+    own_pairs, hard_pairs = pairs_of(own_samples, own_labels), pairs_of(hard_samples, hard_labels)
+    print(f"build_rm: {len(train_ids)} distinct answers, {len(pairs)} (right, wrong) pairs", flush=True)
 
     torch.manual_seed(r["seed"])
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)  # a fresh score head
-    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.pad_token_id = pad
 
     def log(step: int, loss: float) -> None:
-        acc = pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs)
-        print(f"build_rm: step {step}/{r['steps']} loss {loss:.4f} held-out pair accuracy {acc:.3f}", flush=True)
+        own = pair_accuracy(scores_of(model, own_ids, pad), own_pairs)
+        hard = pair_accuracy(scores_of(model, hard_ids, pad), hard_pairs)
+        print(
+            f"build_rm: step {step}/{r['steps']} loss {loss:.4f} held-out pair accuracy {own:.3f} (hard {hard:.3f})",
+            flush=True,
+        )
 
-    train(model, train_rows, pairs, tokenizer.pad_token_id, log)
+    answer_lens = [len(tokenizer(s.response_text, add_special_tokens=False).input_ids) for s in train_samples]
+    train(model, train_ids, pairs, answer_lens, pad, log)
     model.eval()
+    own_scores, hard_scores = scores_of(model, own_ids, pad), scores_of(model, hard_ids, pad)
     held_out = {
-        "pair_accuracy": pair_accuracy(scores_of(model, eval_rows, tokenizer.pad_token_id), held_out_pairs),
-        "pairs": len(held_out_pairs),
-        "answers": len(eval_rows),
-        "pair_accuracy_with_neighbours": pair_accuracy(scores_of(model, near_rows, tokenizer.pad_token_id), near_pairs),
-        "pairs_with_neighbours": len(near_pairs),
+        "pair_accuracy": pair_accuracy(own_scores, own_pairs),
+        "pairs": len(own_pairs),
+        "answers": len(own_ids),
+        "pair_accuracy_hard": pair_accuracy(hard_scores, hard_pairs),
+        "pairs_hard": len(hard_pairs),
+        "pair_accuracy_by_kind": kind_accuracy(hard_scores, hard_pairs, hard_kinds),
     }
     files = save_folder(model, tokenizer, out / RM_NAME)
-    record(
-        out,
-        RM_NAME,
-        {"recipe": {"builder": "relay.models.build_rm", "base": BASE, **r}, "files": files, "held_out": held_out},
-    )
+    recipe = {"builder": "relay.models.build_rm", "base": BASE, **r, "neighbours": list(NEIGHBOURS)}
+    recipe["hacks"] = len(collected)
+    record(out, RM_NAME, {"recipe": recipe, "files": files, "held_out": held_out})
     print(
         f"build_rm: {out / RM_NAME} in {time.perf_counter() - start:.0f} s; held-out: orders "
         f"{held_out['pair_accuracy']:.3f} of {held_out['pairs']} (right, wrong) pairs of policy answers right, "
-        f"{held_out['pair_accuracy_with_neighbours']:.3f} of {held_out['pairs_with_neighbours']} with neighbours",
+        f"{held_out['pair_accuracy_hard']:.3f} of {held_out['pairs_hard']} with the hard negatives; "
+        f"by kind of wrong answer: {held_out['pair_accuracy_by_kind']}",
         flush=True,
     )
     return held_out

@@ -1,7 +1,8 @@
-"""Deadlines on the driver's calls to the roles Ray does not restart (learner, reference, critic,
-reward model): a call that hangs past its deadline kills the actor (every rank of a rank group)
-for good, is counted and logged, and stops the run as ActorLost, the path a dead learner takes
-(the last checkpoint and the --resume command; resources.auto_resume resumes from it).
+"""Deadlines on the driver's calls to the learner, reference and critic (roles Ray does not
+restart): a call that hangs past its deadline kills the actor (every rank of a rank group) for
+good, is counted and logged, and stops the run as ActorLost, the path a dead learner takes (the
+last checkpoint and the --resume command; resources.auto_resume resumes from it). A reward model
+is restarted instead, and its shard scored again.
 
 The hung actors are real Ray actors whose method sleeps far longer than the test runs."""
 
@@ -17,7 +18,7 @@ from actors.checkpoints import save_training_checkpoint
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
-from actors.supervision import Supervisor, wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, Supervisor, wait_restarted
 from relay.config import load_config
 from relay.failures import ActorLost
 from relay.types import Sample
@@ -140,8 +141,13 @@ def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(ray_local, tmp
         save_training_checkpoint(actors, tmp_path / "checkpoints", 1, {"step": 1}, keep_last_n=2)
     assert is_dead(learner) and not list((tmp_path / "checkpoints").glob("step_*"))  # nothing half-written
 
+    assert faults.take()["faults/timeouts"] == 1.0
+
+    # a reward model is restarted (resources.max_restarts): each hang is killed at the deadline and
+    # the shard sent again to the replacement, which hangs too, until the attempts run out
     judge = make(hang_in="score")
     pool = RewardModelPool(load_config(None, ["reward_model.path=tiny-rm"]), [judge], faults)
-    with pytest.raises(ActorLost, match="reward model scores"):
+    with pytest.raises(ActorLost, match="reward_model-0 scores failed on 4 replacements"):
         pool.score([Sample(prompt_ids=[1], response_ids=[2], loss_mask=[1])])
-    assert is_dead(judge) and faults.take()["faults/timeouts"] == 2.0
+    counts = faults.take()
+    assert counts["faults/timeouts"] == ATTEMPTS_PER_CALL and counts["faults/restarts"] == ATTEMPTS_PER_CALL - 1

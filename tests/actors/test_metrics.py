@@ -162,7 +162,8 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
     assert len(recorded) == len(reported) == len(batches) == 2
     for step_readings, metrics, samples in zip(recorded, reported, batches):
         names = {name for name, _, _ in step_readings}
-        want = set(relay_metrics.METRICS) - relay_metrics.PIPELINE_METRICS  # a sync run has no rollout buffer
+        # a sync run has no rollout buffer, and this one no reward model
+        want = set(relay_metrics.METRICS) - relay_metrics.PIPELINE_METRICS - relay_metrics.RM_ONLY
         assert names == want, f"no value for {want - names}; unexpected {names - want}"
         assert {tags.get("worker") for name, _, tags in step_readings if name == "rollout_tokens_per_s"} == {"all", "0"}
         # the tool counts are the batch's own tool-call records
@@ -213,3 +214,16 @@ def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_
     driver.train(cfg)
     exported = {name for name, _, _ in wait_for(export_port(ray_session), names, "grafana-names", deadline_s=60)}
     assert names <= exported, f"the dashboard queries metrics no run exports: {sorted(names - exported)}"
+
+
+def test_reward_model_metrics_are_read_only_when_the_step_has_them():
+    names = {name for name, _, _ in relay_metrics.readings(STEP)}
+    assert not names & relay_metrics.RM_ONLY  # a run without a reward model exports none of them
+    rm = {"rm/score_mean": 1.5, "rm/rule_reward_mean": 0.75, "rm/errors": 2.0, "rm/seconds": 0.3, "rm/score_std": 1.0}
+    got = {name: v for name, v, _ in relay_metrics.readings({**STEP, **rm})}
+    assert {k: got[k] for k in relay_metrics.RM_ONLY} == {
+        "rm_score_mean": 1.5,
+        "rm_rule_reward_mean": 0.75,
+        "rm_errors": 2.0,
+        "rm_seconds": 0.3,
+    }

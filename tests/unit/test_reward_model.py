@@ -146,6 +146,18 @@ def test_normalize_standardises_the_scores_before_the_weight():
     assert statistics.fmean(rewards) == pytest.approx(0.0) and statistics.pstdev(rewards) == pytest.approx(1.0)
 
 
+def test_the_running_score_statistics_travel_in_checkpoints():
+    """reward_model.normalize: a resumed run normalises its next batch exactly as the first run did."""
+    first, resumed = pool("reward_model.normalize=true"), pool("reward_model.normalize=true")
+    first.apply([arithmetic_sample("46"), arithmetic_sample("36")], [3.0, -1.0], [None, None])
+    resumed.load_state_dict(first.state_dict())
+    a, b = [arithmetic_sample("46"), arithmetic_sample("36")], [arithmetic_sample("46"), arithmetic_sample("36")]
+    first.apply(a, [0.5, 2.0], [None, None])
+    resumed.apply(b, [0.5, 2.0], [None, None])
+    assert [s.reward for s in a] == [s.reward for s in b]
+    assert pool().state_dict() == {}  # nothing to keep without normalize
+
+
 def test_a_reward_function_taking_rm_score_combines_it_itself():
     p = pool("task.reward_fn=tests.unit.rm_rewards:rule_plus_half_rm", "reward_model.weight=100")
     samples = [arithmetic_sample("46"), arithmetic_sample("36")]

@@ -39,11 +39,11 @@ def test_micro_batches_and_padding_do_not_change_scores(classifier):
 
 
 def test_the_shipped_reward_model_prefers_right_sums_to_dropped_carries(classifier):
-    """Better than chance, and no more: tiny-rm orders 0.60 of these pairs right (docs/reward_models.md)."""
+    """Better than chance, far from exact: tiny-rm orders 0.69 of these pairs right (docs/reward_models.md)."""
     rows = [r for r in make_rows(400, 11, 2) if sum(int(x) % 10 for x in r["prompt"].split("+")) >= 10]
     right, _ = classifier.score([sample(r["prompt"], r["ground_truth"]) for r in rows])
     wrong, _ = classifier.score([sample(r["prompt"], str(int(r["ground_truth"]) - 10)) for r in rows])
-    assert sum(a > b for a, b in zip(right, wrong)) / len(rows) >= 0.55
+    assert sum(a > b for a, b in zip(right, wrong)) / len(rows) >= 0.62
 
 
 def test_a_judge_on_the_hf_engine_and_its_malformed_verdicts(tiny_model_path):
