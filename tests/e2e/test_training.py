@@ -85,7 +85,10 @@ def test_resume_from_a_corrupt_checkpoint_exits_with_one_line(tmp_path, capsys):
 RECIPE_STEPS = 20
 
 
-@pytest.mark.parametrize("recipe", ["ppo", "dapo", "gspo"])
+# ppo in the default tier; dapo and gspo (their losses are unit-tested in test_losses) in the slow one
+@pytest.mark.parametrize(
+    "recipe", ["ppo", pytest.param("dapo", marks=pytest.mark.slow), pytest.param("gspo", marks=pytest.mark.slow)]
+)
 def test_recipe_trains(tmp_path, ray_session, recipe):
     summary = run(tmp_path, recipe, ["checkpoint.every=0", f"training.steps={RECIPE_STEPS}"])
     print(recipe, summary)
@@ -106,7 +109,8 @@ def test_vllm_engine_trains(tmp_path, ray_session):
     assert metrics(summary["run_dir"])[1]["rollout/logprob_diff_max"] < 1e-3
 
 
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
+# vllm in the slow tier: test_vllm_engine_trains covers vLLM's weight loads in the default one
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
 def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engine):
     """Learner -> 2 rollout workers through the gloo broadcast group gives the same run, number for
     number, as the object store: every worker got every tensor bit-exactly, every step."""
