@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,10 @@ def pick(samples: list[Sample], k: int) -> list[Sample]:
 
 class SampleWriter:
     """Writes `per_write` episodes at the first step, every `every` steps and the last step
-    (every=0: never). The tokenizer is loaded at the first write. Writing is a side view of the
-    run: a failure is warned about once and turns the writer off; training goes on."""
+    (every=0: never). The tokenizer loads in a background thread from the start: importing
+    transformers and reading it take seconds, which then overlap Ray's start and the actors'
+    instead of delaying the first step. Writing is a side view of the run: a failure is warned
+    about once and turns the writer off; training goes on."""
 
     def __init__(
         self,
@@ -126,6 +129,11 @@ class SampleWriter:
         self.folder, self.tokenizer_path, self.trust_remote_code = Path(folder), tokenizer_path, trust_remote_code
         self.every, self.per_write, self.total_steps = every, per_write, total_steps
         self._tokenizer = None
+        self._loading: Future | None = None
+        if every > 0:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="relay-sample-tokenizer")
+            self._loading = pool.submit(_load_tokenizer, tokenizer_path, trust_remote_code)
+            pool.shutdown(wait=False)  # its one thread ends when the load does
 
     @classmethod
     def from_config(cls, cfg: Config, run_dir: Path, model_path: str) -> SampleWriter:
@@ -149,9 +157,7 @@ class SampleWriter:
             return None
         try:
             if self._tokenizer is None:
-                from relay.models.loading import load_tokenizer
-
-                self._tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
+                self._tokenizer = self._loading.result()  # raises what loading raised
             chosen = pick(samples, self.per_write)
             text = "\n".join(
                 render_episode(s, self._decode, step, i, len(chosen)) for i, s in enumerate(chosen, start=1)
@@ -171,3 +177,9 @@ class SampleWriter:
 
     def _decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _load_tokenizer(path: str, trust_remote_code: bool):
+    from relay.models.loading import load_tokenizer
+
+    return load_tokenizer(path, trust_remote_code)
