@@ -106,7 +106,7 @@ class Learner:
     def _make_optimizer(self) -> None:
         t = self.cfg.training
         # Fused AdamW (one kernel over all parameters, CPU or GPU; what transformers' Trainer picks):
-        # 3x faster than the per-tensor loop torch uses on CPU by default (issue 13: the tiny model's
+        # 3x faster than the per-tensor loop torch uses on CPU by default (the tiny model's
         # step on 2 cores). A rank group's DTensor parameters keep torch's default.
         self.optimizer = torch.optim.AdamW(
             trainable_parameters(self.model), lr=t.lr, weight_decay=t.weight_decay, fused=not self.ranks.sharded

@@ -5,7 +5,7 @@ A worker is a serial actor: the weights the driver sends after an update queue b
 already given to it and reach it between two calls, so every call runs on one weight version and
 its samples record it. The driver never waits for a sync; it waits only in `take`, for data.
 
-Faults (issue 14, item 6): a worker that dies fails every call queued on it. The first such failure
+Faults: a worker that dies fails every call queued on it. The first such failure
 waits for Ray's replacement and re-sends it the current weights (actors/supervision.py); the groups
 of each lost call that had not come back are then sent again, with their prompts, group indices
 and seed, to the replacement. They stay "in flight" in the buffer meanwhile, so they are neither

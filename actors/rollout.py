@@ -167,7 +167,7 @@ class RolloutWorker:
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> Iterator[tuple[list[Sample], dict[str, float]]]:
         """`rollout`, one group at a time: each group leaves scored as soon as its episodes end
-        (continuous batching, issue 14), while the others go on. Call it with
+        (continuous batching), while the others go on. Call it with
         `.options(num_returns="streaming")`; its metrics are those of `rollout`, per group."""
         start, idle = self._begin()
         for group in self.agent.stream(

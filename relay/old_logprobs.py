@@ -1,7 +1,7 @@
 """Where a step's old logprobs (the learner's, before its update) come from.
 
 The driver needs them before the advantages only for a KL penalty in the reward against a
-separate reference. Otherwise the learner finds them inside `update` (issue 13):
+separate reference. Otherwise the learner finds them inside `update`:
 
 on-policy    one PPO epoch of one mini-batch: every micro-batch runs on the weights the update
              started from, so its own logprobs, detached, are the old ones. The ratio is exactly

@@ -2,7 +2,7 @@
 
 The learner writes its state dict into a file-backed buffer that every worker on the node has
 mapped; a worker copies the tensors from there into its engine. No pickling and no object-store
-put: a sync costs the learner one copy in and each worker one copy out (issue 13 measured the
+put: a sync costs the learner one copy in and each worker one copy out (measured: the
 object store's put and read at about three times the copies themselves, tiny model).
 
 Two buffers, used by turns (version % 2), each with a header holding the version it holds (-1

@@ -52,7 +52,7 @@ RECIPE = {
     "digits": 2,
     "max_new_tokens": 6,
 }
-# Wrong answers next to the right one, added to the policy's own answers (issue 17). Each closed a
+# Wrong answers next to the right one, added to the policy's own answers. Each closed a
 # door GRPO walked through: trained on the policy's answers alone (all of them a ones carry short),
 # the reward model learned "larger is better" and the policy answered 26+89 with 116 (held-out
 # 0.53 -> 0.07); with a carry too few/many added it could not tell a ones digit off by one, and the

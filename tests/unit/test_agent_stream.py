@@ -1,4 +1,4 @@
-"""Continuous batching in the agent loop (AgentLoop.stream, issue 14): a group leaves as soon as its
+"""Continuous batching in the agent loop (AgentLoop.stream): a group leaves as soon as its
 last episode ends, waiting rows start in its place, the engine never runs more than `max_live`
 episodes at once, and every episode is the one a single batch would have produced, token for token."""
 

@@ -1,5 +1,5 @@
 """Bad input gets one clear line on stderr and exit code 2, never a traceback, and leaves no run
-folder behind (issue 12, item 3). Every case here fails before Ray starts, so each is a plain
+folder behind. Every case here fails before Ray starts, so each is a plain
 `driver.main([...])` call."""
 
 from __future__ import annotations

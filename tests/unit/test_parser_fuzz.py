@@ -3,7 +3,7 @@
 A model in training writes anything: unbalanced tags, JSON nested thousands deep, integers of
 thousands of digits, NUL bytes, lone surrogates, very long turns. Every parser must turn all of it
 into calls or error lines (ParseResult.errors) for the model to read, and the registry must turn
-any argument problem of a parsed call into an error result (issue 12, item 2).
+any argument problem of a parsed call into an error result.
 """
 
 from __future__ import annotations
