@@ -73,19 +73,21 @@ def test_async_resume_trains_every_group_once_within_max_staleness(tmp_path, ray
 
 
 def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_path, ray_session, monkeypatch):
-    """Issue 14 item 6: a rollout worker SIGKILLed with calls queued on it (right after step 1 took its
-    batch) does not stop the run: Ray restarts it, the producer re-sends it the weights and sends the
-    lost calls again; every prompt's group is still trained exactly once, within max_staleness, and
-    the loss is counted (faults/*)."""
-    batches, take = [], RolloutProducer.take
+    """A rollout worker SIGKILLed with calls queued on it (right after step 1 took its batch) does
+    not stop the run: Ray restarts it, the producer re-sends it the weights and sends the lost calls
+    again; every prompt's group is still trained exactly once, within max_staleness, and the loss is
+    counted (faults/*)."""
+    batches, take, pids = [], RolloutProducer.take, []
 
     def take_then_kill(self):
         samples, metrics = take(self)
         step = self.buffer.next_step - 1
         batches.append((step, samples))
+        if step == 0:  # asked now: the question queues behind the worker's calls, and the kill must not
+            pids.append(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())))
         if step == 1:
             assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker to kill"
-            os.kill(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())), signal.SIGKILL)
+            os.kill(pids[0], signal.SIGKILL)
         return samples, metrics
 
     monkeypatch.setattr(RolloutProducer, "take", take_then_kill)
