@@ -180,7 +180,7 @@ class AgentLoop:
         episode_prefix: str = "ep",
         max_live: int = 0,
     ) -> Iterator[list[Sample]]:
-        """Each row's group (its n Samples) as soon as its last episode ends: continuous batching
+        """Each row's group (its n Samples) as soon as its last episode ends: continuous batching.
         At most `max_live` episodes run at once (0: all); as a group ends, the next
         rows' episodes join the next generate call, so the engine stays full instead of waiting
         for a batch's slowest episode. max_live 0: the generate calls of one batch, turn by turn."""
