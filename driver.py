@@ -7,14 +7,13 @@ prompts -> rollout -> rewards -> reference logprobs -> advantages -> update -> w
 from __future__ import annotations
 
 if __name__ == "__main__":  # the imports below take seconds; the first line should not wait for them
-    print("relay: starting (importing torch, transformers, ray) ...", flush=True)
+    print("relay: starting (importing ray) ...", flush=True)
 
 import argparse
 import random
 import sys
 
 import ray
-import torch
 
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
@@ -24,26 +23,18 @@ from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
 from actors.weights import sleep_engines, sync_weights
 from relay import metric_keys as keys
-from relay.algos import (
-    TOKEN_LEVEL_ESTIMATORS,
-    compute_advantages,
-    kl_penalty,
-    make_kl_controller,
-    masked_mean,
-    mixed_group_mask,
-    overlong_penalty,
-)
 from relay.auto_resume import train_with_auto_resume
-from relay.checkpoint import capture_rng, restore_rng
 from relay.checkpoint_resume import resume_checkpoint
 from relay.config import Config, ConfigError, load_config
+from relay.dapo import mixed_groups, punish_overlong
 from relay.data import PromptIterator
 from relay.envs.scoring import neutralize_reward_errors
 from relay.failures import FailureWatch, RunFailed, step_failures
+from relay.kl_control import driver_needs_old_logprobs, make_kl_controller
 from relay.loggers import make_loggers
-from relay.old_logprobs import driver_needs_old_logprobs
 from relay.pipeline import pipeline_metrics
 from relay.progress import phase
+from relay.rng import capture_rng, restore_rng
 from relay.run import (
     PhaseTimer,
     create_run_folder,
@@ -57,7 +48,6 @@ from relay.run import (
 )
 from relay.samples import SampleWriter
 from relay.stop import RunStopped, StopOnSignal, stop_line
-from relay.types import Batch
 
 
 def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
@@ -92,10 +82,7 @@ def finish(cfg: Config, actors, samples) -> dict[str, float]:
     metrics, a = score_with_reward_model(actors, samples), cfg.algorithm  # reward_model.*
     metrics.update(score(samples))
     if a.overlong_buffer_len:  # DAPO soft overlong punishment
-        lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
-        penalties = overlong_penalty(lengths, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
-        for s, penalty in zip(samples, penalties.tolist()):
-            s.reward += penalty
+        punish_overlong(samples, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
     return metrics
 
 
@@ -114,9 +101,7 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
         metrics.update(metrics_rollout, **tools, **finish(cfg, actors, samples))
         if not a.dynamic_sampling:
             return samples, metrics
-        mixed = mixed_group_mask(
-            torch.tensor([s.reward for s in samples]), torch.tensor([s.group_id for s in samples])
-        ).tolist()
+        mixed = mixed_groups(samples)
         metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / cfg.rollout.n
         kept += [s for s, keep in zip(samples, mixed) if keep]
         if len(kept) >= want * cfg.rollout.n:
@@ -147,56 +132,38 @@ def train_step(
         neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             sleep_engines(actors)
-        batch = Batch.from_samples(samples, pad_id=0)  # padding is masked out; any valid id works
-        # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
-        # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.
-        final_rewards = (
-            batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
-        )
-        # Old logprobs: the learner finds them inside `update` unless a KL penalty in the reward needs them now.
+        # The samples go once to every actor that builds the step's Batch (relay/step_batch.py): the
+        # learner finds the advantages inside `update`. Old logprobs come first only for a KL penalty
+        # in the reward (relay/old_logprobs.py); the critic needs them too.
         kl_in_reward = driver_needs_old_logprobs(a, has_reference=actors.reference is not None)
-        with timer("reference"):
-            old_logprobs = actors.learner.compute_logprobs.remote(batch) if kl_in_reward else None
-            values = actors.critic.compute_values.remote(batch) if actors.critic else None
+        step_ref = ray.put(samples) if actors.reference is not None or actors.critic else samples
+        with timer("reference"):  # what the advantages need; it stays in the object store for the update calls
+            inputs, handles = {}, []
+            if kl_in_reward:
+                inputs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
+                handles.append(actors.learner)
+            if actors.critic:
+                inputs["values"] = actors.critic.compute_values.remote(step_ref)
+                handles.append(actors.critic)
             if actors.reference is not None:
-                ref_logprobs = actors.reference.compute_logprobs.remote(batch)
-                batch.ref_logprobs = get(ref_logprobs, actors.reference, "reference logprobs", long=True)
-            if old_logprobs is not None:
-                batch.old_logprobs = get(old_logprobs, actors.learner, "logprobs", long=True)
-            if values is not None:
-                batch.values = get(values, actors.critic, "values", long=True)
-        if kl_in_reward:  # per-token penalty in the reward (InstructGPT-style), coefficient from the controller
-            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, a.kl_estimator)
-            kl_mean = masked_mean(kl, batch.loss_mask).item()
-            batch.token_rewards -= kl_ctl.value * kl * batch.loss_mask
-            kl_ctl.update(kl_mean, n_steps=len(batch))
-        batch.advantages, batch.returns = compute_advantages(
-            a.estimator,
-            rewards=final_rewards,
-            loss_mask=batch.loss_mask,
-            group_ids=batch.group_ids,
-            token_rewards=batch.token_rewards,
-            values=batch.values,
-            gamma=a.gamma,
-            lam=a.lam,
-        )
+                inputs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
+                handles.append(actors.reference)
+            actors.faults.wait(list(inputs.values()), handles, "logprobs and values", long=True)
         with timer("update"):
-            update_metrics = {}
-            if batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
-                trained = [h for h in (actors.learner, actors.critic) if h is not None]
-                # one copy for the learner and the critic; for the learner alone, inline in the call (no put)
-                batch_ref = ray.put(batch) if len(trained) > 1 else batch
-                updates = get([h.update.remote(batch_ref) for h in trained], trained, "update", long=True)
-                update_metrics = {k: v for m in updates for k, v in m.items()}
+            trained = [h for h in (actors.learner, actors.critic) if h is not None]
+            updates = get(
+                [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in trained],
+                trained,
+                "update",
+                long=True,
+            )
+            update_metrics = {k: v for m in updates for k, v in m.items()}  # with the batch's reward/mean, ...
         with timer("sync"):
             if producer is None:
                 sync_weights(actors, version=step + 1)
             else:  # each worker loads it after its calls in flight; later calls run on it
                 producer.sync_weights(step + 1)
     metrics = {
-        keys.REWARD_MEAN: batch.rewards.mean().item(),
-        keys.REWARD_STD: batch.rewards.std(correction=0).item(),
-        "response/length_mean": batch.loss_mask.sum(1).mean().item(),
         keys.WEIGHTS_VERSION: step + 1,
         keys.STALENESS: step - min(s.weight_version for s in samples),
         **sample_metrics,
@@ -204,10 +171,10 @@ def train_step(
         **timer.seconds,
         **pipeline_metrics(samples, step, timer.seconds, sample_metrics.get(keys.ROLLOUT_IDLE_S)),
     }
+    if kl_in_reward:  # the coefficient moves with the KL the learner measured (kl/mean)
+        kl_ctl.update(metrics[keys.KL_MEAN], n_steps=len(samples))
     if actors.reference is not None:
         metrics["kl/coef"] = kl_ctl.value
-    if kl_in_reward:
-        metrics[keys.KL_MEAN] = kl_mean
     watch.check(samples, metrics)  # raises RunFailed after too many steps in a row of nothing but failures
     return metrics
 

@@ -70,14 +70,14 @@ class ColocatedWorker:
 
     # -- training: the Learner's calls
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        return self.learner.update(batch)
+    def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
+        return self.learner.update(step, **inputs)
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
-        return self.learner.compute_logprobs(batch)
+    def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
+        return self.learner.compute_logprobs(step)
 
-    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor | None:
-        return self.learner.compute_ref_logprobs(batch)
+    def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
+        return self.learner.compute_ref_logprobs(step)
 
     def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
         return self.learner.state()

@@ -21,7 +21,8 @@ from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_
 from relay.lr_schedule import make_lr_scheduler
 from relay.models.loading import DTYPES, actor_device, import_transformers
 from relay.policy import response_values
-from relay.types import Batch
+from relay.step_batch import as_batch, prepare_batch
+from relay.types import Batch, Sample
 from relay.update_loop import run_update
 
 
@@ -73,14 +74,23 @@ class Critic:
         self._make_optimizer()  # over the sharded parameters
 
     @torch.no_grad()
-    def compute_values(self, batch: Batch) -> torch.Tensor | None:
+    def compute_values(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """Values of every row; a rank group's ranks each compute their rows, rank 0 returns them all."""
+        batch = as_batch(step)
         share, has_rows = share_rows(batch) if self.ranks.sharded else (batch, True)
         share = share.to(self.device)
         values = (response_values(self.model, share) * share.loss_mask).cpu()
         return gather_rows(values, has_rows) if self.ranks.sharded else values
 
-    def update(self, batch: Batch) -> dict[str, float]:
+    def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
+        """From a step's samples: the learner's Batch and returns (relay/step_batch.py, the same
+        inputs, the same numbers), then the critic's update. A prepared Batch is trained on as it is."""
+        batch = step if isinstance(step, Batch) else prepare_batch(step, self.cfg.algorithm, **inputs)[0]
+        if not batch.loss_mask.any():  # a batch of failures only: the learner skips it too
+            return {}
+        return self._update(batch)
+
+    def _update(self, batch: Batch) -> dict[str, float]:
         """Clipped value loss against the returns, with the learner's epochs, shuffled mini-batches
         (the same order: same seed rule) and token-weighted micro-batches (relay/update_loop.py)."""
         start = time.perf_counter()

@@ -33,7 +33,8 @@ from relay.models.loading import actor_device, load_model
 from relay.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
 from relay.policy import compute_logprobs, response_logprobs
 from relay.shared_weights import SharedWeightsHandle
-from relay.types import Batch
+from relay.step_batch import as_batch, prepare_batch
+from relay.types import Batch, Sample
 from relay.update_loop import run_update
 from relay.weight_transfer import BroadcastPlan, WeightPayload
 
@@ -58,9 +59,9 @@ class Reference:
         self.ranks = RankMember()
         self.batches = 0  # for __repr__
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
+    def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         self.batches += 1
-        return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
+        return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
     def node_id(self) -> str:
         return node_id()
@@ -125,15 +126,27 @@ class Learner:
             lambda: engine_weights(self.model, self.adapters_only, keep_vars=True), peer=rank > 0
         )
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor | None:
-        return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
+    def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
+        return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
-    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor | None:
+    def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """With LoRA, the reference policy: the base model, adapters switched off (no Reference actor)."""
         with adapters_disabled(self.model):
-            return group_logprobs(self.model, batch, self.temperature, self.ranks, self.device)
+            return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
-    def update(self, batch: Batch) -> dict[str, float]:
+    def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
+        """One step's training from its samples: the Batch and its advantages (relay/step_batch.py,
+        `inputs`: the reference's logprobs, the critic's values, old logprobs, kl_coef), then the update.
+        Returns the update's metrics and the batch's (reward/mean, ...). A Batch already prepared by
+        the caller (tests, benchmarks) is trained on as it is."""
+        if isinstance(step, Batch):
+            return self._update(step)
+        batch, metrics = prepare_batch(step, self.cfg.algorithm, **inputs)
+        if not batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
+            return metrics
+        return self._update(batch) | metrics  # with kl_in=reward its kl/mean is the step's
+
+    def _update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
         Without old logprobs from the driver, finds them itself (relay/old_logprobs.py)."""
         start = time.perf_counter()

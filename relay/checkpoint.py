@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import secrets
 import shutil
 import warnings
@@ -32,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -47,6 +45,8 @@ from relay.checkpoint_manifest import (
 )
 from relay.checkpoint_manifest import CheckpointCorruptError as CheckpointCorruptError  # public here as before
 from relay.checkpoint_manifest import sha256_file as _sha256
+from relay.rng import capture_rng as capture_rng  # public here as before
+from relay.rng import restore_rng as restore_rng
 
 _TMP_PREFIX = ".tmp-"
 _PRUNE_PREFIX = ".tmp-pruned-"  # an old checkpoint between its rename and the end of its deletion
@@ -254,46 +254,6 @@ def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], skeleton: dict) 
         return value
 
     return decode(skeleton)
-
-
-# ---------------------------------------------------------------------------------------------
-# RNG state, JSON-able
-
-
-def capture_rng() -> dict:
-    """Python `random`, numpy's global generator, torch CPU and (if present) every CUDA device."""
-    py_version, py_internal, py_gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state(legacy=True)
-    rng = {
-        "python": [py_version, list(py_internal), py_gauss],
-        "numpy": [np_name, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
-        "torch_cpu": torch.get_rng_state().tolist(),
-    }
-    if torch.cuda.is_available():
-        rng["torch_cuda"] = [state.tolist() for state in torch.cuda.get_rng_state_all()]
-    return rng
-
-
-def restore_rng(rng: dict) -> None:
-    py_version, py_internal, py_gauss = rng["python"]
-    random.setstate((py_version, tuple(py_internal), py_gauss))
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = rng["numpy"]
-    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
-    torch.set_rng_state(torch.tensor(rng["torch_cpu"], dtype=torch.uint8))
-    cuda_states = rng.get("torch_cuda")
-    if cuda_states is None:
-        return
-    # Resuming on a different machine is legitimate; the run continues, just not bit-identically.
-    if not torch.cuda.is_available():
-        warnings.warn("checkpoint holds CUDA RNG states but CUDA is not available; not restored", stacklevel=2)
-        return
-    count = torch.cuda.device_count()
-    if count != len(cuda_states):
-        warnings.warn(
-            f"checkpoint holds {len(cuda_states)} CUDA RNG states, this process sees {count} devices", stacklevel=2
-        )
-    for device, state in enumerate(cuda_states[:count]):
-        torch.cuda.set_rng_state(torch.tensor(state, dtype=torch.uint8), device)
 
 
 # ---------------------------------------------------------------------------------------------

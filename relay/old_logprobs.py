@@ -1,7 +1,8 @@
 """Where a step's old logprobs (the learner's, before its update) come from.
 
-The driver needs them before the advantages only for a KL penalty in the reward against a
-separate reference. Otherwise the learner finds them inside `update`:
+A KL penalty in the reward against a separate reference needs them before the advantages,
+which the learner's and the critic's update calls both build: then a call of their own comes
+first (relay/kl_control.py says when). Otherwise the learner finds them inside `update`:
 
 on-policy    one PPO epoch of one mini-batch: every micro-batch runs on the weights the update
              started from, so its own logprobs, detached, are the old ones. The ratio is exactly
@@ -20,18 +21,14 @@ import torch
 import torch.distributed as dist
 
 from relay.algos import kl_penalty
-from relay.config import AlgorithmConfig, TrainingConfig
+from relay.config import TrainingConfig
 from relay.fsdp import share_rows
+from relay.kl_control import driver_needs_old_logprobs as driver_needs_old_logprobs  # public here as before
 from relay.metric_keys import KL_MEAN
 from relay.policy import compute_logprobs
 from relay.types import Batch
 
 LOGPROB_DIFF_MAX = "rollout/logprob_diff_max"  # |rollout - old| on model tokens, largest over the batch
-
-
-def driver_needs_old_logprobs(algorithm: AlgorithmConfig, has_reference: bool) -> bool:
-    """A per-token KL penalty in the reward is part of the advantages, which the driver computes."""
-    return has_reference and algorithm.kl_in == "reward"
 
 
 def on_policy(training: TrainingConfig) -> bool:

@@ -1,4 +1,4 @@
-"""KL(pi || ref) per-token estimators and the KL coefficient controllers.
+"""KL(pi || ref) per-token estimators (the coefficient controllers: relay/kl_control.py).
 
 Estimators follow Schulman, "Approximating KL Divergence" (2020), for tokens sampled from pi:
   k1 = log pi - log ref                      unbiased, high variance, can be negative
@@ -16,9 +16,15 @@ divergence gradient estimation for RL"):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
+
+from relay.kl_control import (  # noqa: F401  (here as before)
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+    make_kl_controller,
+)
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -55,72 +61,3 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) ->
     except KeyError:
         raise ValueError(f"unknown KL estimator {kind!r}; choose one of {sorted(KL_ESTIMATORS)}") from None
     return fn(logprobs, ref_logprobs)
-
-
-# ---------------------------------------------------------------------------------------------
-# coefficient controllers
-
-
-class KLController(Protocol):
-    value: float
-
-    def update(self, current_kl: float, n_steps: int) -> None: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, d: dict) -> None: ...
-
-
-class FixedKLController:
-    """A constant coefficient."""
-
-    def __init__(self, coef: float):
-        self.value = float(coef)
-
-    def update(self, current_kl: float, n_steps: int) -> None:
-        pass
-
-    def state_dict(self) -> dict:
-        return {"kind": "fixed", "value": self.value}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.value = float(d["value"])
-
-
-class AdaptiveKLController:
-    """Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"), sec. 2.2:
-    steer the coefficient so the observed KL tracks `target`.
-
-        err = clip(current_kl / target - 1, -0.2, 0.2)
-        coef <- coef * (1 + err * n_steps / horizon)
-
-    n_steps is the number of samples the KL was measured over (the batch size), so `horizon`
-    is in samples. Clipping the error keeps one noisy KL reading from moving the coefficient
-    by more than 20% of n_steps/horizon.
-    """
-
-    def __init__(self, init_coef: float, target: float, horizon: int):
-        if target <= 0 or horizon <= 0:
-            raise ValueError(f"target and horizon must be > 0, got target={target}, horizon={horizon}")
-        self.value = float(init_coef)
-        self.target = float(target)
-        self.horizon = int(horizon)
-
-    def update(self, current_kl: float, n_steps: int) -> None:
-        err = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + err * n_steps / self.horizon
-
-    def state_dict(self) -> dict:
-        return {"kind": "adaptive", "value": self.value, "target": self.target, "horizon": self.horizon}
-
-    def load_state_dict(self, d: dict) -> None:
-        # Only the learned coefficient is restored; target and horizon come from the config, so
-        # a resumed run may change them.
-        self.value = float(d["value"])
-
-
-def make_kl_controller(kind: str, coef: float, target: float, horizon: int):
-    """ "fixed" keeps `coef`; "adaptive" steers it towards `target` KL (Ziegler et al. 2019)."""
-    if kind == "adaptive":
-        return AdaptiveKLController(coef, target, horizon)
-    if kind == "fixed":
-        return FixedKLController(coef)
-    raise ValueError(f"unknown KL controller {kind!r}: choose fixed or adaptive")
