@@ -12,7 +12,8 @@ import time
 import torch
 
 from actors.rank_group import RankMember
-from actors.weights import WeightSender, node_id
+from actors.weight_ends import WeightSender
+from actors.weights import node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
 from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
 from relay.checkpoint_dcp import load_shards, save_shards

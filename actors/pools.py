@@ -11,24 +11,30 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.colocated import ColocatedWorker
-from actors.critic import Critic
-from actors.env import EnvPool
+from actors.actor_class import actor_class
 from actors.feasibility import check_feasible
-from actors.learner import Learner, Reference
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
-from actors.reward_model import RewardModel, RewardModelPool
-from actors.rollout import RolloutWorker
+from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor
-from actors.tools import ToolExecutor
 from actors.weights import broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
-from relay.fsdp import is_sharded
+from relay.config.validate_pipeline import is_sharded
 from relay.models.check import reward_model_path
 from relay.progress import phase
 
 NAMESPACE = "relay"
+
+# The actors' classes, started here without importing them (their torch and model code stays out of
+# the driver's process: actors/actor_class.py)
+ColocatedWorker = actor_class("actors.colocated", "ColocatedWorker")
+Critic = actor_class("actors.critic", "Critic")
+EnvPool = actor_class("actors.env", "EnvPool")
+Learner = actor_class("actors.learner", "Learner")
+Reference = actor_class("actors.learner", "Reference")
+RewardModel = actor_class("actors.reward_model", "RewardModel")
+RolloutWorker = actor_class("actors.rollout", "RolloutWorker")
+ToolExecutor = actor_class("actors.tools", "ToolExecutor")
 
 
 def connect(cfg: Config) -> None:

@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import ray
 
-from relay.fsdp import init_rank_group
-from relay.weight_transfer import listen
-
 
 class RankMember:
     """One rank's end, held by the Learner, Reference or Critic actor: rank 0 binds the group's
-    address (loopback when every rank shares its node), then every rank joins."""
+    address (loopback when every rank shares its node), then every rank joins. Its torch imports
+    are in its methods: the driver imports this module for RankGroup and never loads torch."""
 
     def __init__(self):
         self.rank, self.world_size, self.socket = 0, 1, None
         self.sharded = False  # joined a rank group: the actor's model is FSDP-sharded
 
     def listen(self, one_node: bool) -> tuple[str, int]:
+        from relay.weight_transfer import listen
+
         host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
         self.socket = listen(host)
         return host, self.socket.getsockname()[1]
 
     def join(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        from relay.fsdp import init_rank_group
+
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
         init_rank_group(host, port, rank, world_size, backend, local_host, listen_socket=self.socket)
         self.rank, self.world_size, self.sharded = rank, world_size, True

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from actors.supervision import Call, Supervisor
 from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
@@ -27,6 +25,8 @@ class RewardModel:
     index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
 
     def __init__(self, cfg: Config, model_path: str, index: int = 0, num_threads: int = 1):
+        import torch  # here: the driver imports this module (RewardModelPool) and never loads torch
+
         torch.set_num_threads(num_threads)
         from relay.reward_model_scorers import make_scorer
 

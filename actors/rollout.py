@@ -21,7 +21,8 @@ import ray
 import torch
 
 from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
-from actors.weights import WeightReceiver, node_id
+from actors.weight_ends import WeightReceiver
+from actors.weights import node_id
 from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
 from relay.chat import ChatFormat
 from relay.config import Config, resolve_dotted
@@ -243,8 +244,8 @@ class RolloutWorker:
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
-    def attach_shared_weights(self, handle: SharedWeightsHandle) -> None:
-        self.weights_in.attach_shared(handle)
+    def attach_shared_weights(self, handle: SharedWeightsHandle | None) -> bool:
+        return self.weights_in.attach_shared(handle)
 
     def load_shared_weights(self, written: None, version: int) -> float:
         """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""

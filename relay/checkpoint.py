@@ -29,10 +29,10 @@ import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import load_file, save_file
+if TYPE_CHECKING:  # imported where tensors are written or read: the driver imports this module,
+    import torch  # and loads torch only when a checkpoint's tensors pass through it
 
 from relay.checkpoint_manifest import (
     FORMAT,
@@ -96,6 +96,8 @@ def save_checkpoint(
         files: dict[str, dict[str, Any]] = {}
         for name, tensors in groups.items():
             filename = f"{name}.safetensors"
+            from safetensors.torch import save_file
+
             save_file(_detached_copies(tensors), str(tmp / filename))
             files[filename] = _fsync_and_describe(tmp / filename)
         _write_json(tmp / STATE, state_text)
@@ -162,6 +164,8 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]
     """Verify the manifest, then read every group (as CPU tensors) and state.json."""
     path = Path(path)
     manifest = verify_checkpoint(path)
+    from safetensors.torch import load_file
+
     groups = {name: load_file(str(path / f"{name}.safetensors"), device="cpu") for name in manifest["groups"]}
     state = json.loads((path / STATE).read_text(encoding="utf-8"))
     return groups, state
@@ -212,6 +216,8 @@ _TAGS = {_TENSOR, _TUPLE, _ITEMS}
 
 def flatten_optimizer_state(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict]:
     """Split an optimizer (or scheduler) state_dict into named tensors and a JSON-able skeleton."""
+    import torch
+
     tensors: dict[str, torch.Tensor] = {}
 
     def encode(value: Any, path: list[str]) -> Any:
@@ -272,6 +278,8 @@ def _detached_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     embed_tokens.weight) and non-contiguous views; one copy into new memory fixes both and also
     snapshots GPU tensors onto the host.
     """
+    import torch
+
     copies = {}
     for key, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):

@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from torch.distributed.device_mesh import init_device_mesh
 
 from relay.config import Config, TrainingConfig
+from relay.config.validate_pipeline import is_sharded as is_sharded  # public here as before
 from relay.types import Batch
 from relay.weight_transfer import BroadcastPlan, full, gather_as_peer
 
@@ -173,8 +174,3 @@ def save_hf_sharded(model: torch.nn.Module, folder: str | Path, tokenizer) -> No
     else:
         gather_as_peer(state_dict, plan)
     dist.barrier()
-
-
-def is_sharded(training: TrainingConfig, count: int) -> bool:
-    """Whether a role (learner, reference, critic) of `count` actors runs as a rank group."""
-    return count > 1 or training.mixed_precision != "none" or training.cpu_offload

@@ -3,7 +3,7 @@ resources.colocate, which needs a pipeline whose phases never overlap."""
 
 from __future__ import annotations
 
-from relay.config.schema import Config
+from relay.config.schema import Config, TrainingConfig
 
 MODES = ("sync", "one_step_off", "async")
 STALE_GROUPS = ("drop", "regenerate")
@@ -47,10 +47,15 @@ def validate_colocate(cfg: Config) -> list[str]:
         p.append(f"{why}, from the learner's module: it needs rollout.engine=hf, not {cfg.rollout.engine}")
     if res.rollout.count != 1:
         p.append(f"{why}: it needs resources.rollout.count=1, not {res.rollout.count}")
-    # relay.fsdp.is_sharded (not imported: validation runs before torch is imported)
-    if res.learner.count > 1 or t.mixed_precision != "none" or t.cpu_offload:
+    if is_sharded(t, res.learner.count):
         p.append(
             f"{why}: it needs one learner actor, not an FSDP rank group (resources.learner.count={res.learner.count}, "
             f"training.mixed_precision={t.mixed_precision}, training.cpu_offload={t.cpu_offload})"
         )
     return p
+
+
+def is_sharded(training: TrainingConfig, count: int) -> bool:
+    """Whether a role (learner, reference, critic) of `count` actors runs as an FSDP rank group
+    (relay/fsdp.py; here, without torch: validation and the driver never import it)."""
+    return count > 1 or training.mixed_precision != "none" or training.cpu_offload
