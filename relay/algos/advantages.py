@@ -26,6 +26,7 @@ from typing import Protocol
 
 import torch
 
+from relay.algo_names import TOKEN_LEVEL_ESTIMATORS as TOKEN_LEVEL_ESTIMATORS  # public here as before
 from relay.algos.utils import masked_whiten
 
 
@@ -233,10 +234,6 @@ ESTIMATORS: dict[str, AdvantageEstimator] = {
     "reinforce_plus_plus_baseline": reinforce_plus_plus_baseline,
     "gae": gae,
 }
-
-
-# Estimators that add token_rewards themselves (per-turn environment rewards, KL-in-reward).
-TOKEN_LEVEL_ESTIMATORS = frozenset({"gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline"})
 
 
 def compute_advantages(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

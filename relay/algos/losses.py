@@ -11,9 +11,8 @@ from collections.abc import Callable
 
 import torch
 
+from relay.algo_names import AGG_MODES as AGG_MODES  # public here as before
 from relay.algos.utils import masked_mean, masked_sum
-
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 # exp(20) ~ 5e8: large enough never to bind for a sane policy, small enough to stay finite.
 _MAX_LOG_RATIO = 20.0

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
+from relay.algo_names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.schema import (
     LOGGERS_EXTRA,
@@ -30,8 +31,6 @@ from relay.config.validate_reward_model import validate_reward_model
 
 def validate(cfg: Config) -> list[str]:
     """Every value and cross-field problem, each naming its key path."""
-    from relay.algos import AGG_MODES, ESTIMATORS, POLICY_LOSSES
-
     p: list[str] = []
 
     def need(cond: bool, msg: str):
@@ -53,10 +52,12 @@ def validate(cfg: Config) -> list[str]:
     need(0 < r.top_p <= 1, f"rollout.top_p: must be in (0, 1], got {r.top_p}")
     need(r.top_k == -1 or r.top_k >= 1, f"rollout.top_k: must be -1 (off) or >= 1, got {r.top_k}")
     need(r.max_new_tokens >= 1, f"rollout.max_new_tokens: must be >= 1, got {r.max_new_tokens}")
-    need(a.estimator in ESTIMATORS, f"algorithm.estimator: {a.estimator!r} is not one of {sorted(ESTIMATORS)}")
     need(
-        a.policy_loss in POLICY_LOSSES,
-        f"algorithm.policy_loss: {a.policy_loss!r} is not one of {sorted(POLICY_LOSSES)}",
+        a.estimator in ESTIMATOR_NAMES, f"algorithm.estimator: {a.estimator!r} is not one of {sorted(ESTIMATOR_NAMES)}"
+    )
+    need(
+        a.policy_loss in POLICY_LOSS_NAMES,
+        f"algorithm.policy_loss: {a.policy_loss!r} is not one of {sorted(POLICY_LOSS_NAMES)}",
     )
     need(a.loss_agg in AGG_MODES, f"algorithm.loss_agg: {a.loss_agg!r} is not one of {list(AGG_MODES)}")
     need(0 <= a.clip_low < 1, f"algorithm.clip_low: must be in [0, 1), got {a.clip_low}")
