@@ -1,7 +1,7 @@
 """Checkpoints of the roles that train (learner, critic), written and read the same way for one
 actor or a rank group.
 
-One actor's weights and optimizer travel to the driver as tensors and go into the step's
+One actor's weights and optimizer travel to the driver as safetensors bytes and go into the step's
 safetensors groups (relay/checkpoint.py). A rank group writes its own shards with
 torch.distributed.checkpoint into `<step>/<role>/` inside the step's temporary folder, before the
 manifest that marks the checkpoint complete (relay/checkpoint_dcp.py): no rank's weights pass
@@ -27,7 +27,8 @@ def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_la
         if isinstance(handle, RankGroup):
             sharded[role], state[role] = handle, {"shards": role}
         elif handle is not None:
-            role_tensors, state[role] = get(handle.state.remote(), handle, "checkpoint state", long=True)
+            # as safetensors bytes: tensors unpickled here would load torch into the driver
+            role_tensors, state[role] = get(handle.state.remote(as_bytes=True), handle, "checkpoint state", long=True)
             tensors.update(role_tensors)
     if getattr(actors, "reward_model", None) is not None:  # its running score statistics: exact resume
         state["reward_model"] = actors.reward_model.state_dict()

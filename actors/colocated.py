@@ -79,8 +79,8 @@ class ColocatedWorker:
     def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return self.learner.compute_ref_logprobs(step)
 
-    def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-        return self.learner.state()
+    def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
+        return self.learner.state(as_bytes)
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.learner.load_state(groups, meta)

@@ -14,7 +14,7 @@ import torch
 from actors.rank_group import RankMember
 from actors.weights import node_id
 from relay.algos import value_loss
-from relay.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
+from relay.checkpoint import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
 from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
@@ -127,11 +127,13 @@ class Critic:
         )
         return loss, {"vf_loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
 
-    def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
+    def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
+        """Weights, optimizer, lr schedule; `as_bytes`: as the Learner's."""
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         tensors = {k: v.to("cpu", copy=True) for k, v in tensors.items()}  # a snapshot, not views of live state
         weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        return {"critic": weights, "critic_optimizer": tensors}, {
+        groups = {"critic": weights, "critic_optimizer": tensors}
+        return (group_bytes(groups) if as_bytes else groups), {
             "optimizer": skeleton,
             "updates": self.updates,
             "lr_schedule": self.scheduler.state_dict(),

@@ -15,7 +15,13 @@ from actors.rank_group import RankMember
 from actors.weight_ends import WeightSender
 from actors.weights import node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
-from relay.checkpoint import capture_rng, flatten_optimizer_state, restore_rng, unflatten_optimizer_state
+from relay.checkpoint import (
+    capture_rng,
+    flatten_optimizer_state,
+    group_bytes,
+    restore_rng,
+    unflatten_optimizer_state,
+)
 from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
 from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, shard_model, share_rows
@@ -238,8 +244,9 @@ class Learner:
 
     # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
 
-    def state(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-        """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG."""
+    def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
+        """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG.
+        `as_bytes`: each group as its safetensors file's bytes (the driver writes them without torch)."""
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in trainable_state_dict(self.model).items()}
@@ -249,7 +256,8 @@ class Learner:
             "updates": self.updates,
             "lr_schedule": self.scheduler.state_dict(),
         }
-        return {"policy": policy, "optimizer": opt_tensors}, meta
+        groups = {"policy": policy, "optimizer": opt_tensors}
+        return (group_bytes(groups) if as_bytes else groups), meta
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         load_trainable_state(self.model, groups["policy"])

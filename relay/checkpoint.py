@@ -59,13 +59,15 @@ _PRUNE_PREFIX = ".tmp-pruned-"  # an old checkpoint between its rename and the e
 def save_checkpoint(
     root: str | Path,
     step: int,
-    groups: dict[str, dict[str, torch.Tensor]],
+    groups: dict[str, dict[str, torch.Tensor] | bytes],
     state: dict,
     keep_last_n: int | None = None,
     write_shards: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write `root/step_{step:08d}` atomically, then prune older checkpoints; returns its path.
 
+    groups: name -> tensors, or the bytes of their safetensors file (group_bytes: made by the actor
+    that holds them, so that the process writing the checkpoint needs no torch).
     keep_last_n: keep this many newest complete checkpoints (None keeps all). The checkpoint
     just written is never pruned, whatever its step number.
     write_shards: called with the temporary folder before the manifest is written, for state
@@ -96,9 +98,12 @@ def save_checkpoint(
         files: dict[str, dict[str, Any]] = {}
         for name, tensors in groups.items():
             filename = f"{name}.safetensors"
-            from safetensors.torch import save_file
+            if isinstance(tensors, bytes):
+                (tmp / filename).write_bytes(tensors)
+            else:
+                from safetensors.torch import save_file
 
-            save_file(_detached_copies(tensors), str(tmp / filename))
+                save_file(_detached_copies(tensors), str(tmp / filename))
             files[filename] = _fsync_and_describe(tmp / filename)
         _write_json(tmp / STATE, state_text)
         files[STATE] = _fsync_and_describe(tmp / STATE)
@@ -129,6 +134,13 @@ def save_checkpoint(
 
     _prune(root, keep_last_n, just_saved=final)
     return final
+
+
+def group_bytes(groups: dict[str, dict[str, torch.Tensor]]) -> dict[str, bytes]:
+    """Each group as the bytes of its safetensors file, the file save_checkpoint writes for it."""
+    from safetensors.torch import save
+
+    return {name: save(_detached_copies(tensors)) for name, tensors in groups.items()}
 
 
 def sweep_leftovers(root: str | Path) -> None:
