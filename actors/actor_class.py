@@ -32,7 +32,8 @@ def actor_class(module: str, name: str) -> type:
         actor = self.__dict__.get("_actor")
         return name if actor is None else repr(actor)
 
-    return type(name, (), {"__init__": __init__, "__repr__": __repr__, "__doc__": f"{module}.{name}", **methods})
+    attributes = {"__init__": __init__, "__repr__": __repr__, "__doc__": f"{module}.{name}, started by name"}
+    return type(name, (), {**attributes, "__relay_actor__": (module, name), **methods})
 
 
 def _methods(module: str, name: str) -> list[tuple[str, bool]]:

@@ -148,3 +148,22 @@ def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engin
         "broadcast",
         [b[s]["time/sync_s"] for s in (1, 2, 3)],
     )
+
+
+@pytest.mark.slow  # its own Ray and actors in a fresh process: about 40 s
+def test_the_driver_process_of_a_default_run_never_loads_torch(tmp_path):
+    """A short default run with a checkpoint, in a fresh interpreter: torch and transformers stay out
+    of the driver's process (the learner builds the Batch; checkpoints arrive as bytes)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, driver; "
+        f"rc = driver.main(['training.steps=2', 'training.eval_before=false', 'run.output_dir={tmp_path}', "
+        "'logging.console=false']); "
+        "print('LOADED', sorted(m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules), rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "LOADED [] 0"
+    assert list((tmp_path / "tiny-grpo" / "checkpoints").glob("step_00000002/policy.safetensors"))

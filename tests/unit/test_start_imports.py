@@ -39,3 +39,47 @@ def test_a_local_config_transformers_does_not_know_still_fails_with_its_key(tmp_
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ConfigError, match="model.path: .*cannot load its config"):
         check_model_source(str(tmp_path), "model.path", tokenizer=False)
+
+
+@pytest.mark.parametrize("overrides", [[], ["resources.colocate=true"]])
+def test_the_driver_of_a_default_run_loads_no_torch(overrides):
+    """What the driver process runs on the default run (and the colocated one): its imports, the
+    config and its validation, the model path, the sample writer's tokenizer, the RNG capture of a
+    checkpoint, the KL controller. The actors' classes are started by name (actors/actor_class.py);
+    tensors reach the driver neither as results (the learner builds the Batch, checkpoints come as
+    bytes) nor as arguments (tests/e2e/test_training.py runs it whole, marked slow)."""
+    code = (
+        "import driver, actors.pools; from relay.config import load_config; "
+        "from relay.run import resolve_model_path, task_rows; from relay.samples import _load_tokenizer; "
+        "from relay.rng import capture_rng; from relay.kl_control import make_kl_controller; "
+        f"cfg = load_config('configs/default.yaml', {overrides!r}); path = resolve_model_path(cfg); task_rows(cfg); "
+        "_load_tokenizer(path, False).decode([5, 6], skip_special_tokens=False); capture_rng(); "
+        "make_kl_controller('adaptive', 0.1, 6.0, 10000)"
+    )
+    assert imported_after(code, ("torch", "transformers", "safetensors")) == []
+
+
+def test_the_actor_classes_started_by_name_have_the_real_classes_methods():
+    import importlib
+    import inspect
+
+    import actors.pools as pools
+
+    names = (
+        "ColocatedWorker",
+        "Critic",
+        "EnvPool",
+        "Learner",
+        "Reference",
+        "RewardModel",
+        "RolloutWorker",
+        "ToolExecutor",
+    )
+    for name in names:
+        shell = getattr(pools, name)
+        module, real_name = shell.__relay_actor__
+        real = getattr(importlib.import_module(module), real_name)
+        methods = {m for m, f in vars(real).items() if inspect.isfunction(f) and not m.startswith("__")}
+        assert {m for m in vars(shell) if not m.startswith("__")} == methods, name
+        for m in methods:  # a generator stays one: Ray streams its items
+            assert inspect.isgeneratorfunction(getattr(shell, m)) == inspect.isgeneratorfunction(getattr(real, m)), m
