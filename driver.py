@@ -1,7 +1,8 @@
 """relay's RL loop, top to bottom. `python driver.py [--config X.yaml] [--resume] [key=value ...]`
 
-prompts -> rollout -> rewards -> reference logprobs -> advantages -> update -> weight sync
--> log -> checkpoint. Every arrow is an object ref moving between Ray actors.
+prompts -> rollout -> rewards -> reference logprobs -> update (the learner builds the Batch and the
+advantages from the samples) -> weight sync -> log -> checkpoint. Every arrow is an object ref
+moving between Ray actors; the driver's process holds plain Python and never loads torch.
 """
 
 from __future__ import annotations
