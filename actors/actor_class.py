@@ -32,7 +32,18 @@ def actor_class(module: str, name: str) -> type:
         actor = self.__dict__.get("_actor")
         return name if actor is None else repr(actor)
 
-    attributes = {"__init__": __init__, "__repr__": __repr__, "__doc__": f"{module}.{name}, started by name"}
+    def __getattr__(self, attr: str):  # the real object's attributes: `__ray_call__` functions read them
+        actor = self.__dict__.get("_actor")
+        if actor is None:
+            raise AttributeError(attr)
+        return getattr(actor, attr)
+
+    attributes = {
+        "__init__": __init__,
+        "__repr__": __repr__,
+        "__getattr__": __getattr__,
+        "__doc__": f"{module}.{name}, started by name",
+    }
     return type(name, (), {**attributes, "__relay_actor__": (module, name), **methods})
 
 

@@ -53,7 +53,7 @@ def slow_learner():
             self._maybe_hang("compute_ref_logprobs")
             return [0.0]
 
-        def state(self):
+        def state(self, as_bytes=False):
             self._maybe_hang("state")
             return {}, {}
 
