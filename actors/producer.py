@@ -141,7 +141,8 @@ class RolloutProducer:
             return None
         except ShardLost as lost:  # the worker's environment pool died under the episodes
             del self.calls[stream]
-            faults.add(getattr(lost, "cause", lost).counts)
+            lost = getattr(lost, "cause", lost)  # Ray's error (with the worker's traceback) wraps the ShardLost
+            faults.add(lost.counts)
             return self._redo(call, f"its environment pool was lost ({lost})")
         except RayActorError as e:
             del self.calls[stream]
