@@ -25,7 +25,8 @@ from collections.abc import Callable
 import ray
 import torch
 
-from actors.supervision import Call
+from actors.supervision import Call, role_actors
+from relay.failures import ActorLost
 from relay.shared_weights import SharedWeights, SharedWeightsHandle
 from relay.signed_store import SECRET_BYTES
 from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
@@ -228,7 +229,12 @@ def sync_weights(actors, version: int) -> float:
     faults.wait(sent, [learner] * len(sent), "weights")
     loads = [w.load_shared_weights.remote(written, version) for w in readers]
     if on_store:
-        faults.send_weights(on_store, weights, version)
+        try:
+            faults.send_weights(on_store, weights, version)
+        except ActorLost:  # the workers failed on the payload: a learner that died making it is the cause
+            ranks = role_actors(learner)
+            faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
+            raise
     else:  # a worker that restarts is sent them through the object store
         faults.weights = (learner.get_weights.remote, version)
     faults.get(loads, readers, "shared-memory weight load")
