@@ -59,6 +59,15 @@ def validate_partial(cfg: Config) -> list[str]:
             f"rollout.partial: built for rollout.engine=hf only, not {r.engine} (vLLM's abort-and-resubmit "
             "of in-flight requests is not built yet)"
         )
+    res = cfg.resources
+    broadcast = res.weight_sync == "broadcast" or (
+        res.weight_sync == "auto" and res.learner.gpus >= 1 and res.rollout.gpus >= 1
+    )  # actors/weights.py uses_broadcast (not imported here: it imports ray)
+    if broadcast:
+        p.append(
+            "rollout.partial: a worker loads staged weights at its next pause, but a broadcast needs every "
+            "worker receiving at once: set resources.weight_sync=object_store"
+        )
     return p
 
 
