@@ -127,7 +127,9 @@ class RolloutProducer:
         if not any(c.worker == call.worker for c in self.calls.values()):
             self.quiet_since[call.worker] = time.monotonic()  # an idle worker starts work now
         worker = self.actors.rollout[call.worker]
-        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0)
+        # rollout.partial: the worker starts the call on call.version or newer (weights reach it on another lane)
+        partial = dict(version=call.version) if self.cfg.rollout.partial else {}
+        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0, **partial)
         self.calls[stream] = call
 
     def _receive(self, stream) -> None:
@@ -149,7 +151,7 @@ class RolloutProducer:
             faults.count("actor_errors")
             self._recover(call, type(e).__name__)
             return self._redo(call, "the worker died under it")
-        if any(s.weight_version != call.version for s in samples):
+        if any(self._wrong_version(s, call) for s in samples):
             # a replacement ran it on the weights it was built with, before they were re-sent (the
             # rest of its stream too: it is left unread)
             del self.calls[stream]
@@ -165,6 +167,13 @@ class RolloutProducer:
         self.finished.append(metrics)
         self.buffer.put(samples)
         return None
+
+    def _wrong_version(self, sample: Sample, call: RolloutCall) -> bool:
+        """Not on the weights the call was made on. rollout.partial: weights load mid-call, so a
+        sample's tokens may be newer (Sample.token_versions say which); only older is wrong."""
+        if self.cfg.rollout.partial:
+            return sample.weight_version < call.version
+        return sample.weight_version != call.version
 
     def _recover(self, call: RolloutCall, why: str) -> None:
         """Once per restart of a worker (every call queued on it fails): wait for Ray's replacement,
