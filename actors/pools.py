@@ -17,7 +17,7 @@ from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor
-from actors.weights import broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
+from actors.weights import WEIGHT_LANE, broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.validate_pipeline import is_sharded
 from relay.models.check import reward_model_path
@@ -169,7 +169,14 @@ def _claim_bundles(pg, bundle: dict[str, float], count: int, role: str, run_name
 
 
 def create_group(
-    cls, role: str, res: RoleResources, run_name: str, make_args, groups: list, max_restarts: int = 0
+    cls,
+    role: str,
+    res: RoleResources,
+    run_name: str,
+    make_args,
+    groups: list,
+    max_restarts: int = 0,
+    concurrency_groups: dict[str, int] | None = None,
 ) -> list:
     """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard;
     Ray rebuilds a lost one (its constructor again) up to `max_restarts` times (actors/supervision.py).
@@ -186,7 +193,8 @@ def create_group(
         pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
         groups.append(pg)
         indices = list(range(res.count))
-    remote_cls = ray.remote(cls)
+    # concurrency groups are fixed where the class is made remote (Ray takes them in ray.remote, not .options)
+    remote_cls = ray.remote(concurrency_groups=concurrency_groups)(cls) if concurrency_groups else ray.remote(cls)
     return [
         remote_cls.options(
             name=f"{run_name}/{role}-{i}",
@@ -265,6 +273,7 @@ class Actors:
     weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
     colocated: bool = False  # resources.colocate: learner and rollout[0] are one ColocatedWorker
+    weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (actors/weights.py)
     placement_groups: list = field(default_factory=list)
     faults: Supervisor = field(default_factory=lambda: Supervisor(600.0))  # deadlines, retries, fault counts
 
@@ -311,7 +320,10 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
                 groups,
                 rollout_restarts,
+                # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
+                concurrency_groups={WEIGHT_LANE: 1} if cfg.rollout.partial else None,
             )
+            actors.weight_lane = cfg.rollout.partial
             actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:
             actors.reference = create_role(Reference, "reference", cfg, res.reference, run_name, model_path, groups)

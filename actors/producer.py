@@ -10,13 +10,16 @@ waits for Ray's replacement and re-sends it the current weights (actors/supervis
 of each lost call that had not come back are then sent again, with their prompts, group indices
 and seed, to the replacement. They stay "in flight" in the buffer meanwhile, so they are neither
 counted twice nor trained twice. A call answered from a fresh state (a replacement that ran it before its weights came
-back: samples on another version than the call was made on) is redone the same way. Counted as
-faults/actor_errors, faults/restarts and faults/retried_shards; worker-side faults (environment
-pools, tool executors) come back in each call's metrics and are counted too.
+back: samples on another version than the call was made on) is redone the same way. A worker that
+hangs (calls in flight, and no group back for `resources.rollout_timeout_s`) is killed to be
+restarted, and its calls are redone the same way. Counted as faults/actor_errors, faults/timeouts,
+faults/restarts and faults/retried_shards; worker-side faults (environment pools, tool executors)
+come back in each call's metrics and are counted too.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,6 +83,7 @@ class RolloutProducer:
         self.version = start_step  # the newest weights sent to the workers
         self.calls: dict = {}  # the stream of each call in flight -> RolloutCall
         self.lives = [0] * workers  # restarts of each worker the producer has recovered from
+        self.quiet_since = [0.0] * workers  # when each worker last showed progress (a hang is measured from it)
         self.redo: list[tuple[int, dict]] = []  # (group index, prompt row) of stale groups drawn again
         self.rows: dict[int, dict] = {}  # prompt row of every group started and not yet trained
         self.next_group, self.calls_made = 0, 0
@@ -120,8 +124,12 @@ class RolloutProducer:
     def _send(self, call: RolloutCall) -> None:
         # A stream: each group comes back as soon as its episodes end (continuous batching). The
         # worker numbers the groups 0..k-1 by position in `rows`; _receive maps them to the buffer's.
+        if not any(c.worker == call.worker for c in self.calls.values()):
+            self.quiet_since[call.worker] = time.monotonic()  # an idle worker starts work now
         worker = self.actors.rollout[call.worker]
-        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0)
+        # rollout.partial: the worker starts the call on call.version or newer (weights reach it on another lane)
+        partial = dict(version=call.version) if self.cfg.rollout.partial else {}
+        stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0, **partial)
         self.calls[stream] = call
 
     def _receive(self, stream) -> None:
@@ -131,22 +139,25 @@ class RolloutProducer:
             samples, metrics = ray.get(next(stream))
         except StopIteration:
             del self.calls[stream]
+            self.quiet_since[call.worker] = time.monotonic()
             return None
         except ShardLost as lost:  # the worker's environment pool died under the episodes
             del self.calls[stream]
-            faults.add(getattr(lost, "cause", lost).counts)
+            lost = getattr(lost, "cause", lost)  # Ray's error (with the worker's traceback) wraps the ShardLost
+            faults.add(lost.counts)
             return self._redo(call, f"its environment pool was lost ({lost})")
         except RayActorError as e:
             del self.calls[stream]
             faults.count("actor_errors")
             self._recover(call, type(e).__name__)
             return self._redo(call, "the worker died under it")
-        if any(s.weight_version != call.version for s in samples):
+        if any(self._wrong_version(s, call) for s in samples):
             # a replacement ran it on the weights it was built with, before they were re-sent (the
             # rest of its stream too: it is left unread)
             del self.calls[stream]
             self._recover(call, "restarted")
             return self._redo(call, "a restarted worker ran it before its weights were re-sent")
+        self.quiet_since[call.worker] = time.monotonic()
         call.received.update(s.group_id for s in samples)
         for s in samples:
             s.group_id = call.indices[s.group_id]
@@ -156,6 +167,13 @@ class RolloutProducer:
         self.finished.append(metrics)
         self.buffer.put(samples)
         return None
+
+    def _wrong_version(self, sample: Sample, call: RolloutCall) -> bool:
+        """Not on the weights the call was made on. rollout.partial: weights load mid-call, so a
+        sample's tokens may be newer (Sample.token_versions say which); only older is wrong."""
+        if self.cfg.rollout.partial:
+            return sample.weight_version < call.version
+        return sample.weight_version != call.version
 
     def _recover(self, call: RolloutCall, why: str) -> None:
         """Once per restart of a worker (every call queued on it fails): wait for Ray's replacement,
@@ -167,6 +185,7 @@ class RolloutProducer:
             raise ActorLost(f"rollout-{call.worker}: the worker is gone ({why}, and no replacement answered)")
         faults.count("restarts")
         self.lives[call.worker] += 1
+        self.quiet_since[call.worker] = time.monotonic()
         try:
             faults.resend_weights(worker)  # the current version; from now on through the object store
         except (RayActorError, GetTimeoutError) as e:  # died again: the redone call meets it and recovers
@@ -198,8 +217,7 @@ class RolloutProducer:
             self.fill()  # dropped groups left room
             if not self.calls:
                 raise RuntimeError("the pipeline has no rollout in flight and too few groups to train on")
-            done, _ = ray.wait(list(self.calls), num_returns=1)
-            self._receive(done[0])
+            self._progress()
         self.fill()
         for g in groups:
             del self.rows[g.index]
@@ -213,6 +231,32 @@ class RolloutProducer:
         self.finished, self.score_metrics = [], {}
         return [s for g in sorted(groups, key=lambda g: g.index) for s in g.samples], metrics
 
+    def _progress(self, loads: dict | None = None) -> None:
+        """Wait until a group comes back (received here) or one of `loads` (weight load ref -> its
+        worker) is done, at most until the earliest deadline of a busy worker; a worker past it is
+        killed so that Ray restarts it (a hung method cannot be cancelled), and its calls fail into
+        _receive's recovery."""
+        timeout, loads = self.cfg.resources.rollout_timeout_s, loads or {}
+        busy = {call.worker for call in self.calls.values()} | set(loads.values())
+        now = time.monotonic()
+        left = min((self.quiet_since[w] + timeout - now for w in busy), default=timeout)
+        done, _ = ray.wait([*self.calls, *loads], num_returns=1, timeout=max(0.0, left), fetch_local=False)
+        for ready in done:
+            if ready in self.calls:
+                return self._receive(ready)
+        if done:
+            return None
+        for w in sorted(busy):
+            if time.monotonic() - self.quiet_since[w] >= timeout:
+                self.actors.faults.count("timeouts")
+                self.actors.faults.log(
+                    f"relay: fault: rollout-{w}: no group back within {timeout:g}s (resources.rollout_timeout_s); "
+                    "killing the worker to restart it"
+                )
+                ray.kill(self.actors.rollout[w], no_restart=False)
+                self.quiet_since[w] = time.monotonic()  # its calls now fail; their recovery waits for the restart
+        return None
+
     def _stale(self, groups: list[Group]) -> None:
         if self.cfg.training.stale_groups == "regenerate":
             self.redo += [(g.index, self.rows[g.index]) for g in groups]
@@ -225,6 +269,9 @@ class RolloutProducer:
         calls in flight, before the calls started from now on. A failed sync of the last round
         raises here, unless a rollout worker died under it (its next call recovers it)."""
         self._wait_weights()
+        busy = {call.worker for call in self.calls.values()}
+        for w in set(range(len(self.actors.rollout))) - busy:
+            self.quiet_since[w] = time.monotonic()  # an idle worker starts loading now
         self.learner_refs, self.weight_refs = start_weight_sync(self.actors, version)
         self.version = version
         self.fill()
@@ -232,14 +279,22 @@ class RolloutProducer:
     def drain(self) -> None:
         """Wait for every call in flight and keep its groups (a checkpoint saves them)."""
         while self.calls:
-            self._receive(next(iter(self.calls)))
+            self._progress()
         self._wait_weights()
 
     def _wait_weights(self) -> None:
         """The last sync's loads. A worker that died under its load, or whose replacement could not
         read the learner's shared memory (a restarted worker has not mapped it), is left to its next
         call's check, which re-sends it the weights; any other failure raises."""
+        learner = self.actors.learner  # past resources.call_timeout_s it is killed and the run stops
+        self.actors.faults.wait(self.learner_refs, [learner] * len(self.learner_refs), "weights")
         ray.get(self.learner_refs)
+        # a load waits behind the worker's calls in flight: groups keep coming meanwhile, and a hung
+        # worker is found as in take
+        while (
+            pending := self.weight_refs and ray.wait(self.weight_refs, num_returns=len(self.weight_refs), timeout=0)[1]
+        ):
+            self._progress({ref: w for w, ref in enumerate(self.weight_refs) if ref in pending})
         for worker, ref in zip(self.actors.rollout, self.weight_refs):
             try:
                 ray.get(ref)

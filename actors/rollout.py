@@ -31,10 +31,16 @@ from relay.engines import make_engine
 from relay.engines.base import SamplingParams
 from relay.envs.scoring import Scorer
 from relay.shared_weights import SharedWeightsHandle
+from relay.staged_weights import StagedWeights
 from relay.tools.parsers import ToolCall, get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
 from relay.weight_transfer import BroadcastPlan, WeightPayload
+
+# rollout.partial: how long a call waits for the weights it was made on, sent just before it on the
+# other lane. A replacement worker that was never sent weights does not wait (the producer redoes
+# what it ran on the wrong version).
+CALL_WEIGHTS_WAIT_S = 30.0
 
 
 class RolloutWorker:
@@ -69,6 +75,8 @@ class RolloutWorker:
         # attributes set where the work happens, so reading them never waits on anything.
         self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
+        # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
+        self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         self.agent = self._agent(env_pool, tool_executors or [])
@@ -76,17 +84,14 @@ class RolloutWorker:
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
         r, tl = self.cfg.rollout, self.cfg.tools
+        common = dict(system_prompt=self.cfg.task.system_prompt, prompt_format=self.cfg.task.prompt_format)
+        if self.staged is not None:
+            common.update(partial_chunk=r.partial_chunk, pause=self._pause)
         if not self.multi_turn:  # one turn of max_new_tokens: the budget is that turn
             limits = AgentLimits(
                 max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens
             )
-            return AgentLoop(
-                self.engine,
-                self.tokenizer,
-                limits,
-                system_prompt=self.cfg.task.system_prompt,
-                prompt_format=self.cfg.task.prompt_format,
-            )
+            return AgentLoop(self.engine, self.tokenizer, limits, **common)
         limits = AgentLimits.from_config(self.cfg)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
         env = {}
@@ -102,8 +107,7 @@ class RolloutWorker:
             parser=get_parser(tl.parser) if tl.enabled else None,
             run_tools=run_tools,
             tool_schemas=schemas if tl.schemas_in_prompt else None,
-            system_prompt=self.cfg.task.system_prompt,
-            prompt_format=self.cfg.task.prompt_format,
+            **common,
             **env,
         )
 
@@ -165,11 +169,19 @@ class RolloutWorker:
         return samples, self._report(samples, time.perf_counter() - start, idle)
 
     def rollout_stream(
-        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
+        self,
+        rows: list[dict[str, Any]],
+        step: int,
+        first_group_id: int,
+        greedy: bool = False,
+        version: int | None = None,
     ) -> Iterator[tuple[list[Sample], dict[str, float]]]:
         """`rollout`, one group at a time: each group leaves scored as soon as its episodes end
         (continuous batching), while the others go on. Call it with
-        `.options(num_returns="streaming")`; its metrics are those of `rollout`, per group."""
+        `.options(num_returns="streaming")`; its metrics are those of `rollout`, per group.
+        rollout.partial: `version`, the weights the call was made on; it starts on them or newer."""
+        if self.staged is not None and version is not None and not (self.life and self.staged.stages == 0):
+            self.staged.wait_for(version, CALL_WEIGHTS_WAIT_S)
         start, idle = self._begin()
         for group in self.agent.stream(
             rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes()
@@ -237,8 +249,18 @@ class RolloutWorker:
     def node_id(self) -> str:
         return node_id()
 
+    def _pause(self) -> None:
+        """rollout.partial, on the rollout's thread between two chunks or turns: load staged weights."""
+        version = self.staged.load()
+        if version is not None:
+            self.weights_version = version
+
     def update_weights(self, weights: WeightPayload, version: int) -> float:
-        """Load the payload the learner put in the object store; returns the seconds it took."""
+        """Load the payload the learner put in the object store; returns the seconds it took
+        (rollout.partial: stages it for the rollout's next pause; 0 s)."""
+        if self.staged is not None:
+            self.staged.stage(version, lambda: self.weights_in.load(weights, version))
+            return 0.0
         self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.load(weights, version)
         self.weights_version, self.idle_since = version, time.perf_counter()
@@ -249,6 +271,9 @@ class RolloutWorker:
 
     def load_shared_weights(self, written: None, version: int) -> float:
         """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
+        if self.staged is not None:
+            self.staged.stage(version, lambda: self.weights_in.load_shared(version))
+            return 0.0
         self.idle_s += time.perf_counter() - self.idle_since
         seconds = self.weights_in.load_shared(version)
         self.weights_version, self.idle_since = version, time.perf_counter()

@@ -22,7 +22,10 @@ import time
 
 import ray
 
-from actors.supervision import Call
+from actors.supervision import Call, role_actors
+from relay.failures import ActorLost
+
+WEIGHT_LANE = "weights"  # rollout.partial: the rollout workers' concurrency group for weight calls
 
 # -- actor side: the ends the Learner and each RolloutWorker hold are in actors/weight_ends.py ----
 
@@ -114,7 +117,12 @@ def sync_weights(actors, version: int) -> float:
     faults.wait(sent, [learner] * len(sent), "weights")
     loads = [w.load_shared_weights.remote(written, version) for w in readers]
     if on_store:
-        faults.send_weights(on_store, weights, version)
+        try:
+            faults.send_weights(on_store, weights, version)
+        except ActorLost:  # the workers failed on the payload: a learner that died making it is the cause
+            ranks = role_actors(learner)
+            faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
+            raise
     else:  # a worker that restarts is sent them through the object store
         faults.weights = (learner.get_weights.remote, version)
     faults.get(loads, readers, "shared-memory weight load")
@@ -124,15 +132,20 @@ def sync_weights(actors, version: int) -> float:
 def start_weight_sync(actors, version: int) -> tuple[list, list]:
     """sync_weights without the wait: the refs of the learner's calls, and of each rollout worker's
     load in worker order (a caller tells a worker that died under its load from a learner that
-    failed). A worker busy with rollout calls loads the weights after them (calls run in order)."""
+    failed). A worker busy with rollout calls loads the weights after them (calls run in order);
+    with rollout.partial the call runs at once on the worker's weight lane and stages them for
+    its rollout's next pause (relay/staged_weights.py)."""
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
         return [learner.broadcast_weights.remote()], [w.receive_weights.remote(version) for w in workers]
     written, shared = _shared_memory_write(actors, version)
     weights = learner.get_weights.remote() if not all(shared) else learner.get_weights.remote  # put once
     actors.faults.weights = (weights, version)  # what a restarted worker is sent
+    lane = dict(concurrency_group=WEIGHT_LANE) if actors.weight_lane else {}  # rollout.partial: reach it mid-call
     loads = [
-        w.load_shared_weights.remote(written, version) if on else w.update_weights.remote(weights, version)
+        w.load_shared_weights.options(**lane).remote(written, version)
+        if on
+        else w.update_weights.options(**lane).remote(weights, version)
         for w, on in zip(workers, shared)
     ]
     return [written] if written is not None else [], loads

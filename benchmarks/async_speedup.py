@@ -5,7 +5,10 @@ staleness, and held-out accuracy (textgame: mean return) after the same number o
 Prints a table and writes each run's curves (relay.plot) and one plot of reward against samples
 consumed per task. Numbers, never assertions.
 
-    python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR]
+    python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR] [--partial]
+
+--partial adds async_partial: async with rollout.partial (weights loaded mid-call between chunks
+of rollout.partial_chunk tokens; algorithm.tis_cap=2.0, which partial rollouts need).
 """
 
 from __future__ import annotations
@@ -35,9 +38,12 @@ MODES = {
     # groups' episodes (rollout.n = 8) live in the engine, a group leaving as soon as it ends
     "async_cb": ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=16"]
     + ["rollout.max_live_episodes=32"],
+    # --partial: weights that arrive mid-call load at the next chunk boundary (docs/pipeline.md)
+    "async_partial": ["training.mode=async", "training.max_staleness=1", "rollout.partial=true"]
+    + ["rollout.partial_chunk=4", "algorithm.tis_cap=2.0"],
 }
 # async_cb only where episodes differ in length: a single-turn batch ends in one generate call
-TASK_MODES = {"default": ("sync", "one_step_off", "async"), "textgame": tuple(MODES)}
+TASK_MODES = {"default": ("sync", "one_step_off", "async"), "textgame": ("sync", "one_step_off", "async", "async_cb")}
 TASKS = {"default": "configs/default.yaml", "textgame": "configs/textgame.yaml"}
 QUIET = ["logging.console=false", "checkpoint.every=0", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
 
@@ -63,6 +69,7 @@ def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: lis
         "idle_rollout": statistics.fmean(r.get("idle/rollout", float("nan")) for r in timed),
         "staleness_mean": statistics.fmean(r["weights/staleness_mean"] for r in timed),
         "dropped": sum(r.get("rollout/dropped_stale", 0.0) for r in records),
+        "mixed": sum(r.get("weights/mixed_samples", 0.0) for r in records),
         "held_out": summary[held_out],
         "held_out_before": summary[held_out.replace("after", "before")],
         "run_dir": summary["run_dir"],
@@ -83,7 +90,9 @@ def plot_curves(task: str, results: dict, out: Path) -> Path:
             ax.plot(
                 xs,
                 ys,
-                color={"sync": "C0", "one_step_off": "C1", "async": "C2", "async_cb": "C3"}[mode],
+                color={"sync": "C0", "one_step_off": "C1", "async": "C2", "async_cb": "C3", "async_partial": "C4"}[
+                    mode
+                ],
                 alpha=0.8,
                 label=mode if i == 0 else None,
             )
@@ -102,6 +111,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--groups-per-call", type=int, default=16, help="async, default task: prompts per rollout call")
     parser.add_argument("--textgame-groups-per-call", type=int, default=4, help="async, textgame: prompts per call")
+    parser.add_argument("--partial", action="store_true", help="add async_partial (rollout.partial) on every task")
     parser.add_argument("--out", default=None, help="folder for the runs and plots (default: a temporary one)")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="relay-async-speedup-"))
@@ -110,7 +120,7 @@ def main() -> int:
     for task, steps in tasks.items():
         if not steps:
             continue
-        modes = TASK_MODES[task]
+        modes = TASK_MODES[task] + (("async_partial",) if args.partial else ())
         results: dict[str, list[dict]] = {m: [] for m in modes}
         per_call = args.groups_per_call if task == "default" else args.textgame_groups_per_call
         extra = [f"training.groups_per_call={per_call}"] + (["task.num_eval_rows=32"] if task == "textgame" else [])
@@ -127,17 +137,25 @@ def main() -> int:
         base = statistics.fmean(r["samples_per_s"] for r in results["sync"])
         print(f"\n{task}: {steps} steps, seeds {args.seeds}, groups_per_call {per_call} (async)")
         print(
-            f"{'mode':<13}{'samples/s':>10}{'x sync':>8}{'tokens/s':>10}{'idle L':>8}{'idle R':>8}{'stale':>7}{'dropped':>8}  held-out after (before)"
+            f"{'mode':<13}{'samples/s':>10}{'x sync':>8}{'tokens/s':>10}{'idle L':>8}{'idle R':>8}{'stale':>7}{'dropped':>8}{'mixed':>7}  held-out after (before)"
         )
         for mode, runs in results.items():
             mean = {
                 k: statistics.fmean(r[k] for r in runs)
-                for k in ("samples_per_s", "tokens_per_s", "idle_learner", "idle_rollout", "staleness_mean", "dropped")
+                for k in (
+                    "samples_per_s",
+                    "tokens_per_s",
+                    "idle_learner",
+                    "idle_rollout",
+                    "staleness_mean",
+                    "dropped",
+                    "mixed",
+                )
             }
             held = ", ".join(f"{r['held_out']:.3f} ({r['held_out_before']:.3f})" for r in runs)
             print(
                 f"{mode:<13}{mean['samples_per_s']:>10.1f}{mean['samples_per_s'] / base:>8.2f}{mean['tokens_per_s']:>10.0f}"
-                f"{mean['idle_learner']:>8.2f}{mean['idle_rollout']:>8.2f}{mean['staleness_mean']:>7.2f}{mean['dropped']:>8.0f}  {held}"
+                f"{mean['idle_learner']:>8.2f}{mean['idle_rollout']:>8.2f}{mean['staleness_mean']:>7.2f}{mean['dropped']:>8.0f}{mean['mixed']:>7.0f}  {held}"
             )
         print(f"plot: {plot_curves(task, results, out)}; runs and their curves.png under {out}\n", flush=True)
     return 0

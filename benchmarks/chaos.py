@@ -1,6 +1,6 @@
 """Chaos: training goes on while rollout workers, environment pools and tool executors die and hang.
 
-    python benchmarks/chaos.py [--tasks default tool] [--steps 12] [--every 3]
+    python benchmarks/chaos.py [--tasks default tool] [--steps 12] [--every 3] [--mode sync|async]
 
 Per task, an undisturbed run, then the same run (same seeds) while, every `every` steps, a fault
 hits a restartable actor (each role in turn, a random actor of it) at a random moment of the next step: `ray.kill` (restart
@@ -11,6 +11,11 @@ fired, duplicated samples and lost steps (both must be 0), and the final held-ou
 to the undisturbed run's. Since a redone shard samples exactly what the lost call would have
 (same seed, same weights), the chaos run's rewards should equal the undisturbed run's step for
 step: `same rewards` says whether they did. Numbers, never assertions.
+
+`--mode async` runs both with training.mode=async (max_staleness 1): there the faults hit calls
+queued on the workers while the learner trains, a hung worker is found by the producer's
+per-worker deadline, and duplicated samples also counts a group trained at two steps. Rewards
+depend on timing in async mode, so `same rewards` is not printed.
 
 default: configs/default.yaml (2-digit addition), 2 rollout workers, 2 env pools.
 tool:    configs/math_tool.yaml (sandboxed Python tool calls, environment steps), 2 rollout
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
+from actors.producer import RolloutProducer  # noqa: E402
 from relay.config import load_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,20 +107,27 @@ class Chaos:
         self.faults[kind] += 1
 
 
-def run(task: str, steps: int, every: int, out: Path, seed: int = 0) -> dict:
+def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: int = 0) -> dict:
     config, overrides = TASKS[task]
-    name = f"chaos-{task}-{'faults' if every else 'calm'}"
+    name = f"chaos-{task}-{mode}-{'faults' if every else 'calm'}"
+    pipeline = ["training.mode=async", "training.max_staleness=1"] if mode == "async" else []
     cfg = load_config(
-        REPO / config, [*overrides, *COMMON, f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}"]
+        REPO / config,
+        [*overrides, *COMMON, *pipeline, f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}"],
     )
     chaos = Chaos(name, every, random.Random(seed))
     rewards, optimizer_steps, faults, batches = [], 0.0, Counter(), []
-    original_rollout = driver.rollout
+    original_rollout, original_take = driver.rollout, RolloutProducer.take
 
     def recording_rollout(actors, rows, *args, **kwargs):
         samples, metrics = original_rollout(actors, rows, *args, **kwargs)
         if not kwargs.get("greedy"):  # a training batch: each (group, index) at most once
             batches.append([(s.group_id, s.meta["episode_id"].rsplit("-", 1)[-1]) for s in samples])
+        return samples, metrics
+
+    def recording_take(producer):  # async: every group of the run at most once, over all steps
+        samples, metrics = original_take(producer)
+        batches.append([(s.group_id, s.meta["episode_id"].rsplit("-", 1)[-1]) for s in samples])
         return samples, metrics
 
     def report(step, metrics):
@@ -124,18 +137,20 @@ def run(task: str, steps: int, every: int, out: Path, seed: int = 0) -> dict:
         faults.update({k: v for k, v in metrics.items() if k.startswith("faults/")})
         chaos.after_step(step, steps)
 
-    driver.rollout = recording_rollout
+    driver.rollout, RolloutProducer.take = recording_rollout, recording_take
     restarts, summary = 0, {}
     try:
         summary = driver.train(cfg, report=report)
     except Exception as e:  # the run stopped: its steps so far are what the line reports
         print(f"chaos: the run stopped: {type(e).__name__}: {e}", flush=True)
     finally:
-        driver.rollout = original_rollout
+        driver.rollout, RolloutProducer.take = original_rollout, original_take
         for timer in chaos.timers:
             timer.cancel()
         restarts = sum(a["NumRestarts"] for a in run_actors(name)) if ray.is_initialized() else 0
     duplicated = sum(len(keys) - len(set(keys)) for keys in batches)
+    if mode == "async":  # group ids run on over the steps
+        duplicated = sum(len(keys) for keys in batches) - len({k for keys in batches for k in keys})
     # held-out accuracy (single-turn tasks) or success rate (environment tasks) after training
     accuracy = summary.get("accuracy_after", summary.get("success_rate_after", float("nan")))
     return dict(
@@ -160,20 +175,22 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--every", type=int, default=3, help="steps between faults")
+    parser.add_argument("--mode", default="sync", choices=["sync", "async"], help="training.mode of both runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="relay-chaos-") as out:
         lines = []
         for task in args.tasks:
-            calm = run(task, args.steps, 0, Path(out))
-            chaos = run(task, args.steps, args.every, Path(out))
+            calm = run(task, args.steps, 0, Path(out), args.mode)
+            chaos = run(task, args.steps, args.every, Path(out), args.mode)
+            same = "" if args.mode == "async" else f"same rewards {chaos['rewards'] == calm['rewards']}, "
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(chaos["kinds"].items()))
             lines.append(
-                f"chaos {task}: steps {chaos['steps']}/{args.steps}, faults {chaos['faults']} ({kinds}), "
+                f"chaos {task} ({args.mode}): steps {chaos['steps']}/{args.steps}, faults {chaos['faults']} ({kinds}), "
                 f"restarts {chaos['restarts']}, retried shards {chaos['retried_shards']:g}, "
                 f"retried calls {chaos['retried_calls']:g}, timeouts {chaos['timeouts']:g}, "
                 f"duplicated samples {chaos['duplicated']:g}, lost steps {chaos['lost_steps']}, "
                 f"optimizer steps {chaos['optimizer_steps']:g} (undisturbed {calm['optimizer_steps']:g}), "
-                f"same rewards {chaos['rewards'] == calm['rewards']}, held-out accuracy/success {chaos['accuracy']:.3f} "
+                f"{same}held-out accuracy/success {chaos['accuracy']:.3f} "
                 f"(undisturbed {calm['accuracy']:.3f})"
             )
             print(lines[-1], flush=True)

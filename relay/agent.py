@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from relay.agent_episode import Episode as _Episode
 from relay.agent_metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
 from relay.chat import ChatFormat
 from relay.config import Config
@@ -81,45 +82,6 @@ class AgentLimits:
 # ------------------------------------------------------------------------------ the loop
 
 
-@dataclass
-class _Episode:
-    id: str
-    row: dict[str, Any]
-    group_id: int
-    max_total_tokens: int
-    prompt_ids: list[int] = field(default_factory=list)
-    messages: list[dict] = field(default_factory=list)  # the prompt as messages (reward models re-render them)
-    response_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    turn_texts: list[str] = field(default_factory=list)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    token_rewards: dict[int, float] = field(default_factory=dict)
-    env_first_observation: str = ""
-    env_actions: list[str] = field(default_factory=list)
-    env_observations: list[str] = field(default_factory=list)
-    env_rewards: list[float] = field(default_factory=list)
-    env_dones: list[bool] = field(default_factory=list)
-    env_infos: list[dict] = field(default_factory=list)
-    env_error: str | None = None
-    tool_turns: int = 0
-    finish: FinishReason | None = None
-    # set by the current turn: what runs before the next one
-    calls: list[ToolCall] = field(default_factory=list)
-    parse_errors: list[str] = field(default_factory=list)
-    action: str | None = None
-    eos_token: int | None = None  # the stop token that ended the current turn
-
-    @property
-    def turns(self) -> int:
-        return len(self.spans)
-
-    @property
-    def room(self) -> int:
-        return self.max_total_tokens - len(self.response_ids)
-
-
 class AgentLoop:
     def __init__(
         self,
@@ -135,6 +97,8 @@ class AgentLoop:
         tool_schemas: list[dict] | None = None,
         system_prompt: str | None = None,
         prompt_format: str = "chat",  # task.prompt_format: chat | raw | auto (relay/chat.py)
+        partial_chunk: int = 0,  # rollout.partial: new tokens per generate between two pauses (0: whole turns)
+        pause: Callable[[], None] | None = None,  # run between turns (and chunks): may load new weights
     ):
         if parser is not None and run_tools is None:
             raise ValueError("a tool parser needs run_tools")
@@ -143,7 +107,7 @@ class AgentLoop:
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits
         self.parser, self.run_tools = parser, run_tools
         self.env_reset, self.env_step, self.env_close = env_reset, env_step, env_close
-        self.system_prompt = system_prompt
+        self.system_prompt, self.partial_chunk, self.pause = system_prompt, partial_chunk, pause
         self.format = ChatFormat(tokenizer, tool_schemas, prompt_format)
         if parser is not None or env_step is not None:
             if self.format.prompt_format == "raw":
@@ -198,6 +162,8 @@ class AgentLoop:
                 self._start(joining)
                 live += joining
             if active := [e for e in live if e.finish is None]:
+                if self.pause is not None:
+                    self.pause()
                 self._turn(active, sampling, stop, call)
                 call += 1
             done = {e.group_id for e in live} - {e.group_id for e in live if e.finish is None}
@@ -221,7 +187,11 @@ class AgentLoop:
             seed=None if sampling.seed is None else (sampling.seed + 100_003 * call) % 2**31,
         )
         stop_ids = {self.tokenizer.eos_token_id, *params.stop_token_ids}
-        completions = self.engine.generate([e.prompt_ids + e.response_ids for e in live], params)
+        prompts = [e.prompt_ids + e.response_ids for e in live]
+        if self.partial_chunk:  # pauses inside the turn too: its tokens may come from several versions
+            completions = self.engine.generate(prompts, params, chunk=self.partial_chunk, between=self.pause)
+        else:
+            completions = self.engine.generate(prompts, params)
         if len(completions) != len(live):
             raise RuntimeError(f"engine returned {len(completions)} completion groups for {len(live)} prompts")
         for e, group in zip(live, completions):
@@ -254,13 +224,15 @@ class AgentLoop:
     def _model_turn(self, e: _Episode, c: Completion, stop_ids: set[int]) -> None:
         e.calls, e.parse_errors, e.action, e.eos_token = [], [], None, None
         tokens, logprobs = list(c.token_ids), list(c.logprobs)
+        versions = list(c.versions) if c.versions is not None else [self._version()] * len(tokens)
         room = e.room
         over_budget = len(tokens) > room
         if over_budget:  # a prefix of a sample is a sample: its tokens and logprobs stay exact
-            tokens, logprobs = tokens[:room], logprobs[:room]
+            tokens, logprobs, versions = tokens[:room], logprobs[:room], versions[:room]
         start = len(e.response_ids)
         e.response_ids += tokens
         e.logprobs += logprobs
+        e.versions += versions
         e.mask += [1] * len(tokens)
         e.spans.append((start, len(e.response_ids)))
         if tokens and tokens[-1] in stop_ids and not over_budget:
@@ -353,7 +325,11 @@ class AgentLoop:
             return
         e.response_ids += ids
         e.logprobs += [0.0] * len(ids)
+        e.versions += [e.versions[-1] if e.versions else self._version()] * len(ids)
         e.mask += [0] * len(ids)
+
+    def _version(self) -> int:
+        return getattr(self.engine, "weight_version", 0)
 
     def _sample(self, e: _Episode) -> Sample:
         """The one place Samples are made: single-turn, tool and environment episodes alike."""
@@ -385,7 +361,8 @@ class AgentLoop:
             rollout_logprobs=e.logprobs,
             loss_mask=e.mask,
             group_id=e.group_id,
-            weight_version=getattr(self.engine, "weight_version", 0),
+            weight_version=min(e.versions, default=self._version()),
+            token_versions=e.versions,
             finish_reason=e.finish,
             turn_spans=e.spans,
             tool_calls=e.tool_calls,

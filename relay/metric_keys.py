@@ -37,6 +37,7 @@ LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; pha
 STALENESS_MIN = "weights/staleness_min"  # versions behind the update's, over every trained sample of the step
 STALENESS_MEAN = "weights/staleness_mean"
 STALENESS_MAX = "weights/staleness_max"
+MIXED_SAMPLES = "weights/mixed_samples"  # rollout.partial: trained samples whose tokens came from several versions
 QUEUE_DEPTH = "rollout/queue_depth"  # finished groups left in the buffer after the step took its batch
 IN_FLIGHT = "rollout/in_flight"  # groups being rolled out when the step took its batch
 DROPPED_STALE = "rollout/dropped_stale"  # groups dropped (or drawn again) this step: older than max_staleness

@@ -113,6 +113,7 @@ def staleness_metrics(samples: list[Sample], version: int) -> dict[str, float]:
         keys.STALENESS_MIN: float(min(behind)),
         keys.STALENESS_MEAN: statistics.fmean(behind),
         keys.STALENESS_MAX: float(max(behind)),
+        keys.MIXED_SAMPLES: float(sum(len(set(s.token_versions)) > 1 for s in samples)),
     }
 
 

@@ -41,7 +41,10 @@ class Sample:
     # such a sample is counted and never trained on (relay/envs/scoring.py neutralizes it).
     reward_error: str | None = None
     group_id: int = 0  # samples drawn from the same prompt share it (GRPO / RLOO groups)
-    weight_version: int = 0
+    weight_version: int = 0  # the oldest weights that produced a token of it (min of token_versions)
+    # Per response token, the weight version of the turn (or, with rollout.partial, of the chunk)
+    # that produced it; observation tokens take the version of the turn before them.
+    token_versions: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None  # None until a rollout ends the episode
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) in response_ids per model turn
     tool_calls: list[dict[str, Any]] = field(default_factory=list)

@@ -121,6 +121,12 @@ class RolloutConfig:
     # generate call; as a group's episodes end, the call's next prompts start in their place.
     # 0: every episode of a rollout call at once (one batch, waiting for its slowest episode).
     max_live_episodes: int = 0
+    # Partial rollouts (docs/pipeline.md): with training.mode one_step_off or async, weights that
+    # arrive mid-call are loaded between two chunks of partial_chunk new tokens (or two turns) and
+    # generation goes on with them; every token records the version that sampled it
+    # (Sample.token_versions). Needs algorithm.tis_cap; HF engine only.
+    partial: bool = False
+    partial_chunk: int = 16
     # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
     # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
     # None: on when the rollout workers and the learner each hold a fraction of a GPU (colocated).

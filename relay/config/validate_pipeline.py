@@ -21,6 +21,7 @@ def validate_pipeline(cfg: Config) -> list[str]:
         p.append(
             f"training.groups_per_call: must be >= 0 (0: prompts_per_step / rollout workers), got {t.groups_per_call}"
         )
+    p += validate_partial(cfg)
     if t.mode == "sync":
         return p
     # Overlap needs the engines awake while the learner trains; a step's groups are filtered as they
@@ -31,6 +32,42 @@ def validate_pipeline(cfg: Config) -> list[str]:
         )
     if cfg.algorithm.dynamic_sampling:
         p.append(f"algorithm.dynamic_sampling: supported in training.mode=sync only, not {t.mode}")
+    return p
+
+
+def validate_partial(cfg: Config) -> list[str]:
+    """rollout.partial: weights loaded mid-call, so a sample's tokens may come from several versions."""
+    r, p = cfg.rollout, []
+    if r.partial_chunk < 1:
+        p.append(
+            f"rollout.partial_chunk: must be >= 1 (new tokens per generate between two weight checks), got {r.partial_chunk}"
+        )
+    if not r.partial:
+        return p
+    if cfg.training.mode not in ("one_step_off", "async"):
+        p.append(
+            f"rollout.partial: weights arrive mid-rollout only when rollout overlaps training: it needs "
+            f"training.mode one_step_off or async, not {cfg.training.mode}"
+        )
+    if cfg.algorithm.tis_cap is None:
+        # each token's importance weight uses the logprob of the weights that sampled it
+        p.append(
+            "rollout.partial: tokens sampled by older weights need importance weights: set algorithm.tis_cap (e.g. 2.0)"
+        )
+    if r.engine != "hf":
+        p.append(
+            f"rollout.partial: built for rollout.engine=hf only, not {r.engine} (vLLM's abort-and-resubmit "
+            "of in-flight requests is not built yet)"
+        )
+    res = cfg.resources
+    broadcast = res.weight_sync == "broadcast" or (
+        res.weight_sync == "auto" and res.learner.gpus >= 1 and res.rollout.gpus >= 1
+    )  # actors/weights.py uses_broadcast (not imported here: it imports ray)
+    if broadcast:
+        p.append(
+            "rollout.partial: a worker loads staged weights at its next pause, but a broadcast needs every "
+            "worker receiving at once: set resources.weight_sync=object_store"
+        )
     return p
 
 

@@ -7,9 +7,11 @@ floating-point noise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, named_items
 from relay.models.loading import actor_device, load_model, load_tokenizer
@@ -51,21 +53,77 @@ class HFEngine:
         return self._version
 
     @torch.no_grad()
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompt_token_ids: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        chunk: int = 0,
+        between: Callable[[], None] | None = None,
+    ) -> list[list[Completion]]:
+        """chunk > 0 (rollout.partial): each block of rows is generated `chunk` new tokens at a time,
+        each chunk one generate continuing from the ids so far, and `between()` runs between two
+        chunks (it may load new weights: every token then records the version that sampled it)."""
         if sampling.seed is not None:  # on CPU only the CPU generator: torch.manual_seed seeds every backend too (ms)
             (torch.random.default_generator if self.device.type == "cpu" else torch).manual_seed(sampling.seed)
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
         out: list[Completion] = []
         for start in range(0, len(flat), GENERATE_CHUNK):
-            out += self._generate_chunk(flat[start : start + GENERATE_CHUNK], sampling)
+            block = flat[start : start + GENERATE_CHUNK]
+            out += self._chunked(block, sampling, chunk, between) if chunk > 0 else self._block(block, sampling)
         return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
 
-    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+    def _block(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+        stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
+        tokens, logprobs = self._generate_raw(prompts, sampling, stop_ids)
+        return [self._cut(t, lp, stop_ids, sampling) for t, lp in zip(tokens, logprobs)]
+
+    def _chunked(
+        self, prompts: list[list[int]], sampling: SamplingParams, chunk: int, between: Callable[[], None] | None
+    ) -> list[Completion]:
+        """One block, `chunk` new tokens per generate. Rows that finished stay in the batch (and stop
+        at once): the batch keeps its shape, so the sampler draws the same random numbers as in one
+        generate, and a fixed seed gives the same tokens (up to the floating-point noise of
+        re-reading the prefix instead of a KV cache)."""
+        stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
+        tokens: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        versions: list[list[int]] = [[] for _ in prompts]
+        done: list[Completion | None] = [None] * len(prompts)
+        generated = 0
+        while True:
+            steps, version = min(chunk, sampling.max_tokens - generated), self._version
+            finished = [d is not None for d in done]
+            ids = [p + t for p, t in zip(prompts, tokens)]
+            new, new_lp = self._generate_raw(ids, replace(sampling, max_tokens=steps), stop_ids, finished)
+            generated += steps
+            for i in (i for i, f in enumerate(finished) if not f):
+                start = len(tokens[i])
+                tokens[i] += new[i]
+                logprobs[i] += new_lp[i]
+                c = self._cut(tokens[i], logprobs[i], stop_ids, sampling, start)
+                if c.finish_reason == "stop" or generated >= sampling.max_tokens:
+                    versions[i] += [version] * (len(c.token_ids) - start)
+                    done[i] = replace(c, versions=versions[i])
+                else:
+                    versions[i] += [version] * len(new[i])
+            if all(d is not None for d in done):
+                return done  # type: ignore[return-value]
+            if between is not None:
+                between()
+
+    def _generate_raw(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        stop_ids: set[int],
+        finished: list[bool] | None = None,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Each row's new tokens (padded after its end) and their logprobs, from one model.generate."""
         pad = self.tokenizer.pad_token_id
         width = max(map(len, prompts))
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         greedy = sampling.temperature == 0
         kwargs = dict(
             max_new_tokens=sampling.max_tokens,
@@ -83,6 +141,8 @@ class HFEngine:
             )
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        if finished is not None and any(finished):
+            kwargs.update(stopping_criteria=StoppingCriteriaList([_Finished(finished)]))
         result = self.model.generate(
             input_ids=input_ids, attention_mask=attention_mask, **kwargs, **self.generate_kwargs
         )
@@ -90,17 +150,15 @@ class HFEngine:
         logits = torch.stack(result.logits, dim=1).float()  # [N, T, V] raw, before processors
         logprobs = torch.log_softmax(logits / (sampling.temperature if not greedy else 1.0), dim=-1)
         token_logprobs = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        return [
-            self._cut(new_tokens[i].tolist(), token_logprobs[i].tolist(), stop_ids, sampling)
-            for i in range(len(prompts))
-        ]
+        return new_tokens.tolist(), token_logprobs.tolist()
 
     def _cut(
-        self, tokens: list[int], logprobs: list[float], stop_ids: set[int], sampling: SamplingParams
+        self, tokens: list[int], logprobs: list[float], stop_ids: set[int], sampling: SamplingParams, start: int = 0
     ) -> Completion:
-        """Trim the padding generate adds after a finished row; keep the stop token itself."""
-        for t, tok in enumerate(tokens):
-            if tok in stop_ids:
+        """Trim the padding generate adds after a finished row; keep the stop token itself. Tokens
+        before `start` are known not to end the row (an earlier chunk's)."""
+        for t in range(start, len(tokens)):
+            if tokens[t] in stop_ids:
                 return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
             if sampling.stop:
                 text = self.tokenizer.decode(tokens[: t + 1])
@@ -130,3 +188,14 @@ def load_named_tensors(model: torch.nn.Module, weights: Weights) -> None:
         if name not in params:
             raise KeyError(f"weights for an unknown parameter: {name}")
         params[name].copy_(as_tensor(value))
+
+
+class _Finished(StoppingCriteria):
+    """Rows that ended in an earlier chunk: done at the first step (they stay in the batch only to
+    keep its shape)."""
+
+    def __init__(self, finished: list[bool]):
+        self.finished = torch.tensor(finished)
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return self.finished.to(input_ids.device)

@@ -107,6 +107,41 @@ def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_p
 
 
 @pytest.mark.slow
+def test_async_rollout_worker_that_hangs_is_killed_at_its_deadline_and_its_groups_redone_once(
+    tmp_path, ray_session, monkeypatch
+):
+    """A rollout worker stopped (SIGSTOP) with calls in flight: no group comes back from it for
+    resources.rollout_timeout_s, so the producer kills it, Ray restarts it, and its calls' groups
+    are redone there; every prompt's group is still trained exactly once."""
+    batches, take, pids = [], RolloutProducer.take, []
+
+    def take_then_stop(self):
+        samples, metrics = take(self)
+        step = self.buffer.next_step - 1
+        batches.append((step, samples))
+        if step == 0:
+            pids.append(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())))
+        if step == 1:
+            assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker to stop"
+            os.kill(pids[0], signal.SIGSTOP)
+        return samples, metrics
+
+    monkeypatch.setattr(RolloutProducer, "take", take_then_stop)
+    reported = []
+    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2", "run.name=hang"]
+    hang = ["rollout.max_live_episodes=4", "resources.rollout.count=2", "resources.rollout_timeout_s=30"]
+    run(tmp_path, [*mode, *hang], report=lambda step, m: reported.append(m))
+    assert [step for step, _ in batches] == [0, 1, 2, 3]
+    for step, samples in batches:
+        assert all(0 <= step - s.weight_version <= 1 for s in samples), step
+    counts = Counter(s.group_id for _, samples in batches for s in samples)
+    assert counts == {g: 4 for g in range(16)}
+    faults = sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
+    assert faults["faults/timeouts"] == 1 and faults["faults/restarts"] == 1, faults
+    assert faults["faults/retried_shards"] >= 1 and faults["faults/duplicated_samples"] == 0, faults
+
+
+@pytest.mark.slow
 def test_one_step_off_resume_is_exact_and_one_version_stale(tmp_path, ray_session, trained):
     mode = ["training.mode=one_step_off"]
     full = run(tmp_path, [*mode, "run.name=full"])

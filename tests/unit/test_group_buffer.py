@@ -74,6 +74,7 @@ def test_staleness_and_idle_metrics():
         "weights/staleness_min": 0.0,
         "weights/staleness_mean": 0.5,
         "weights/staleness_max": 1.0,
+        "weights/mixed_samples": 0.0,  # rollout.partial: samples whose tokens came from several versions
     }
     m = pipeline_metrics(samples, 4, {"time/step_s": 2.0, "time/rollout_s": 0.5}, rollout_idle_s=4.0)
     assert m["idle/learner"] == 0.25 and m["idle/rollout"] == 1.0 and m["time/learner_wait_s"] == 0.5
