@@ -14,7 +14,7 @@ from relay import chat
 from relay.agent import AgentLimits, AgentLoop
 from relay.chat import ChatFormat, resolve_prompt_format
 from relay.config import ConfigError, load_config
-from relay.engines.base import SamplingParams
+from relay.engines.base import Completion, SamplingParams
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.run import summarize
 
@@ -91,9 +91,7 @@ def test_single_turn_agent_loop_feeds_raw_prompts_to_the_engine():
     class Engine:
         def generate(self, prompts, params):
             seen.extend(prompts)
-            return [
-                [SimpleNamespace(token_ids=[tok.eos_token_id], logprobs=[0.0], finish_reason="stop")] for _ in prompts
-            ]
+            return [[Completion(token_ids=[tok.eos_token_id], logprobs=[0.0], finish_reason="stop")] for _ in prompts]
 
     limits = AgentLimits(max_turns=1, max_tool_turns=0, max_tokens_per_turn=4, max_total_tokens=4)
     loop = AgentLoop(Engine(), tok, limits, prompt_format="raw")
