@@ -4,6 +4,7 @@ ConfigError line naming the key, not an actor's traceback minutes later."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -39,16 +40,19 @@ def check_model_source(
 
 
 def _known_local_config(folder: Path) -> bool:
-    """Whether the folder's config.json names a model type transformers knows. Reading it as JSON
-    spares the driver AutoConfig.from_pretrained, which imports the model's code (seconds, ~170 MB);
-    anything else (custom code, no model_type, bad JSON) gets AutoConfig's own verdict."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
+    """Whether the folder's config.json names a model type transformers ships (its package holds
+    models/<model_type>/). Reading the JSON and looking for that folder spares the driver importing
+    transformers at all, which loads torch (seconds, ~300 MB); anything else (custom code, no
+    model_type, bad JSON, a type without a folder of its name) gets AutoConfig's own verdict."""
+    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and "auto_map" not in config and config.get("model_type") in CONFIG_MAPPING_NAMES
+    model_type = config.get("model_type") if isinstance(config, dict) and "auto_map" not in config else None
+    if spec is None or spec.origin is None or not isinstance(model_type, str) or not model_type:
+        return False
+    return (Path(spec.origin).parent / "models" / model_type.replace("-", "_") / "__init__.py").is_file()
 
 
 def _load_config(path: str, key: str, trust_remote_code: bool) -> None:
