@@ -10,7 +10,6 @@ from __future__ import annotations
 if __name__ == "__main__":  # the imports below take seconds; the first line should not wait for them
     print("relay: starting (importing ray) ...", flush=True)
 
-import argparse
 import random
 import sys
 
@@ -24,13 +23,13 @@ from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
 from actors.weights import sleep_engines, sync_weights
 from relay import metric_keys as keys
-from relay.auto_resume import train_with_auto_resume
 from relay.checkpoint_resume import resume_checkpoint
-from relay.config import Config, ConfigError, load_config
+from relay.command_line import run_command_line
+from relay.config import Config
 from relay.dapo import mixed_groups, punish_overlong
 from relay.data import PromptIterator
 from relay.envs.scoring import neutralize_reward_errors
-from relay.failures import FailureWatch, RunFailed, step_failures
+from relay.failures import FailureWatch, step_failures
 from relay.kl_control import driver_needs_old_logprobs, make_kl_controller
 from relay.loggers import make_loggers
 from relay.pipeline import pipeline_metrics
@@ -48,7 +47,7 @@ from relay.run import (
     task_rows,
 )
 from relay.samples import SampleWriter
-from relay.stop import RunStopped, StopOnSignal, stop_line
+from relay.stop import StopOnSignal
 
 
 def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
@@ -218,13 +217,10 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
-        producer = (
-            None
-            if cfg.training.mode == "sync"
-            else RolloutProducer(
-                cfg, actors, prompts, lambda s: finish(cfg, actors, s), start_step, state.get("pipeline")
-            )
-        )
+        producer = None  # training.mode sync: every step rolls out its own batch (collect)
+        if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
+            scored = lambda s: finish(cfg, actors, s)  # noqa: E731
+            producer = RolloutProducer(cfg, actors, prompts, scored, start_step, state.get("pipeline"))
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
                 raise stop.stopped(step)
@@ -254,32 +250,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/default.yaml", help="YAML config (default: the tiny CPU run)")
-    parser.add_argument(
-        "--resume", action="store_true", help="continue run.output_dir/run.name from its latest checkpoint"
-    )
-    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
-    try:
-        cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
-        # resources.auto_resume: a run whose learner died resumes from its last checkpoint, here
-        named = lambda name: load_config(args.config, [*args.overrides, f"run.name={name}"])  # noqa: E731
-        train_with_auto_resume(train, cfg, args.resume, argv, named)
-    except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
-        print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
-        return 2
-    except RunFailed as e:  # a run of nothing but failures, or a checkpoint it cannot resume from
-        print(f"relay: the run stopped: {e}", file=sys.stderr)
-        return 1
-    except RunStopped as stopped:  # SIGINT / SIGTERM: one line, the shell's 128 + signal status
-        print(stop_line(stopped, argv), flush=True)
-        return stopped.exit_code
-    except KeyboardInterrupt:  # before the run's signal handlers were in place
-        print("relay: interrupted before training started", flush=True)
-        return 130
-    return 0
+    """The command line (relay/command_line.py): the exit code, one line per user error."""
+    return run_command_line(lambda *a, **k: train(*a, **k), __doc__, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
