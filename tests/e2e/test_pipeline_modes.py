@@ -72,36 +72,41 @@ def test_async_resume_trains_every_group_once_within_max_staleness(tmp_path, ray
     assert counts == {g: 4 for g in range(16)}  # 4 steps x 4 prompts, each prompt's group (n=4) once
 
 
-def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_path, ray_session, monkeypatch):
-    """A rollout worker SIGKILLed with calls queued on it (right after step 1 took its batch) does
-    not stop the run: Ray restarts it, the producer re-sends it the weights and sends the lost calls
-    again; every prompt's group is still trained exactly once, within max_staleness, and the loss is
-    counted (faults/*)."""
+def signal_a_worker_after_step_1(tmp_path, monkeypatch, sig: int, overrides: list[str]) -> Counter:
+    """An async run (2 workers, calls of 2 groups, one group live at a time: a stream may be half
+    back) whose first rollout worker gets `sig` right after step 1 took its batch, with calls queued
+    on it. Every prompt's group is still trained exactly once, within max_staleness; returns the
+    run's summed faults/* counts."""
     batches, take, pids = [], RolloutProducer.take, []
 
-    def take_then_kill(self):
+    def take_then_signal(self):
         samples, metrics = take(self)
         step = self.buffer.next_step - 1
         batches.append((step, samples))
-        if step == 0:  # asked now: the question queues behind the worker's calls, and the kill must not
+        if step == 0:  # asked now: the question queues behind the worker's calls, and the signal must not
             pids.append(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())))
         if step == 1:
-            assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker to kill"
-            os.kill(pids[0], signal.SIGKILL)
+            assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker"
+            os.kill(pids[0], sig)
         return samples, metrics
 
-    monkeypatch.setattr(RolloutProducer, "take", take_then_kill)
+    monkeypatch.setattr(RolloutProducer, "take", take_then_signal)
     reported = []
-    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2", "run.name=kill"]
-    # calls of 2 groups, one group live at a time (rollout.n=4): a stream may be half back when killed
+    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2"]
     streams = ["rollout.max_live_episodes=4", "resources.rollout.count=2"]
-    run(tmp_path, [*mode, *streams], report=lambda step, m: reported.append(m))
+    run(tmp_path, [*mode, *streams, *overrides], report=lambda step, m: reported.append(m))
     assert [step for step, _ in batches] == [0, 1, 2, 3]
     for step, samples in batches:
         assert all(0 <= step - s.weight_version <= 1 for s in samples), step
     counts = Counter(s.group_id for _, samples in batches for s in samples)
     assert counts == {g: 4 for g in range(16)}  # the lost calls' groups too, once each
-    faults = sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
+    return sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
+
+
+def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_path, ray_session, monkeypatch):
+    """A rollout worker SIGKILLed with calls queued on it does not stop the run: Ray restarts it,
+    the producer re-sends it the weights and sends the lost calls again; the loss is counted."""
+    faults = signal_a_worker_after_step_1(tmp_path, monkeypatch, signal.SIGKILL, ["run.name=kill"])
     assert faults["faults/restarts"] == 1 and faults["faults/actor_errors"] >= 1, faults
     assert faults["faults/retried_shards"] >= 1 and faults["faults/duplicated_samples"] == 0, faults
 
@@ -112,31 +117,9 @@ def test_async_rollout_worker_that_hangs_is_killed_at_its_deadline_and_its_group
 ):
     """A rollout worker stopped (SIGSTOP) with calls in flight: no group comes back from it for
     resources.rollout_timeout_s, so the producer kills it, Ray restarts it, and its calls' groups
-    are redone there; every prompt's group is still trained exactly once."""
-    batches, take, pids = [], RolloutProducer.take, []
-
-    def take_then_stop(self):
-        samples, metrics = take(self)
-        step = self.buffer.next_step - 1
-        batches.append((step, samples))
-        if step == 0:
-            pids.append(ray.get(self.actors.rollout[0].__ray_call__.remote(lambda w: os.getpid())))
-        if step == 1:
-            assert any(call.worker == 0 for call in self.calls.values()), "calls in flight on the worker to stop"
-            os.kill(pids[0], signal.SIGSTOP)
-        return samples, metrics
-
-    monkeypatch.setattr(RolloutProducer, "take", take_then_stop)
-    reported = []
-    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=2", "run.name=hang"]
-    hang = ["rollout.max_live_episodes=4", "resources.rollout.count=2", "resources.rollout_timeout_s=30"]
-    run(tmp_path, [*mode, *hang], report=lambda step, m: reported.append(m))
-    assert [step for step, _ in batches] == [0, 1, 2, 3]
-    for step, samples in batches:
-        assert all(0 <= step - s.weight_version <= 1 for s in samples), step
-    counts = Counter(s.group_id for _, samples in batches for s in samples)
-    assert counts == {g: 4 for g in range(16)}
-    faults = sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
+    are redone there."""
+    overrides = ["run.name=hang", "resources.rollout_timeout_s=30"]
+    faults = signal_a_worker_after_step_1(tmp_path, monkeypatch, signal.SIGSTOP, overrides)
     assert faults["faults/timeouts"] == 1 and faults["faults/restarts"] == 1, faults
     assert faults["faults/retried_shards"] >= 1 and faults["faults/duplicated_samples"] == 0, faults
 
