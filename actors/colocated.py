@@ -3,10 +3,10 @@
 verl's "hybrid engine", the Ray-native way: the actor holds a Learner and a RolloutWorker whose
 HF engine is built around the learner's own module (HFEngine.sharing). Per step that saves the
 weight copy into a second model, a second process holding that model and torch, and the round
-trips of the shared-memory sync; a weight sync is a version bump. The driver's calls stay as they
-are: `actors.rollout = [this]` and `actors.learner = this`, and each method below is the
-Learner's or the RolloutWorker's of the same name, so every phase (rollout, update, sync) is
-still timed and reported by the driver.
+trips of the weight sync: the update tags the module's weights with their new version, and the
+driver's sync phase makes no call. The driver's calls stay as they are: `actors.rollout = [this]`
+and `actors.learner = this`, and each method below is the Learner's or the RolloutWorker's of the
+same name, so every phase (rollout, update, sync) is still timed and reported by the driver.
 
 Only where the phases never overlap: training.mode sync, rollout.engine hf, one rollout worker,
 one learner actor (relay/config/validate.py says so, naming the key, before any actor starts).
@@ -14,7 +14,6 @@ one learner actor (relay/config/validate.py says so, naming the key, before any 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -61,17 +60,19 @@ class ColocatedWorker:
     def weight_version(self) -> int:
         return self.worker.engine.weight_version
 
-    def use_trained_weights(self, version: int) -> float:
-        """The weight sync: the engine already generates from the trained module; tag it `version`."""
-        start = time.perf_counter()
+    def use_trained_weights(self, version: int) -> None:
+        """The engine already generates from the trained module; tag its weights `version`."""
         self.worker.engine.set_weight_version(version)
         self.worker.weights_version = version
-        return time.perf_counter() - start
 
     # -- training: the Learner's calls
 
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
-        return self.learner.update(step, **inputs)
+        """The learner's update; the weight sync is part of it: the engine's weights are the
+        learner's own, tagged with the learner's version (the driver's sync makes no call)."""
+        metrics = self.learner.update(step, **inputs)
+        self.use_trained_weights(self.learner.updates)
+        return metrics
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return self.learner.compute_logprobs(step)
@@ -84,6 +85,7 @@ class ColocatedWorker:
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.learner.load_state(groups, meta)
+        self.use_trained_weights(self.learner.updates)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         self.learner.save_hf(folder, tokenizer_path)

@@ -150,6 +150,7 @@ class Learner:
             return self._update(step)
         batch, metrics = prepare_batch(step, self.cfg.algorithm, **inputs)
         if not batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
+            self.updates += 1  # the weights after this step are still the step's version
             return metrics
         return self._update(batch) | metrics  # with kl_in=reward its kl/mean is the step's
 

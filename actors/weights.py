@@ -102,9 +102,8 @@ def sync_weights(actors, version: int) -> float:
     the run stops, resumable; actors.faults.wait) before any worker waits on it; object-store loads
     are redone on a restarted worker, other loads stop the run past their deadline."""
     start, faults, learner, workers = time.perf_counter(), actors.faults, actors.learner, actors.rollout
-    if actors.colocated:  # the engine generates from the learner's module (actors/colocated.py): a version bump
-        faults.get(learner.use_trained_weights.remote(version), learner, "weight version")
-        return time.perf_counter() - start
+    if actors.colocated:  # the engine generates from the learner's module, tagged by its update (actors/colocated.py)
+        return 0.0
     if actors.weight_broadcast:  # one collective: the learner and every worker (not restarted) at once
         learner_refs, loads = start_weight_sync(actors, version)
         faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")

@@ -50,8 +50,7 @@ def main() -> None:
             cfg.algorithm.estimator, rewards=batch.rewards, loss_mask=batch.loss_mask, group_ids=batch.group_ids
         )
         if kind == "colocated":
-            colocated.update(batch)
-            colocated.use_trained_weights(i + 1)
+            colocated.update(batch)  # tags the engine's weights: the colocated sync
         else:
             learner.update(batch)
             worker.engine.update_weights(learner.model.state_dict(), i + 1)

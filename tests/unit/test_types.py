@@ -38,6 +38,16 @@ def test_batch_layout_left_pads_prompts_and_right_pads_responses():
     assert picked.old_logprobs is None and batch.to("cpu").advantages.tolist() == batch.advantages.tolist()
 
 
+def test_a_sample_with_no_response_is_a_row_of_padding_after_its_prompt():
+    empty = Sample(prompt_ids=[5, 6], reward=0.5)
+    batch = Batch.from_samples(
+        [empty, Sample(prompt_ids=[7], response_ids=[8], rollout_logprobs=[-1.0], loss_mask=[1])], 0
+    )
+    assert batch.responses.tolist() == [[0], [8]] and batch.loss_mask.tolist() == [[0], [1]]
+    assert batch.attention_mask.tolist() == [[1, 1, 0], [0, 1, 1]]
+    assert batch.rollout_logprobs.tolist() == [[0.0], [-1.0]]
+
+
 def test_step_tensors_are_fields_carried_by_select_and_to():
     a = Sample(prompt_ids=[1, 2], response_ids=[3, 4], rollout_logprobs=[-1.0, -2.0], loss_mask=[1, 1])
     batch = Batch.from_samples([a, a, a], pad_id=0)
