@@ -12,17 +12,15 @@ tokenizer, no chat template) and warm-started here on plain prompts "A+B=" (A, B
 the 100 held out); P prompts x 8 samples per step, 8 new tokens, temperature 1, lr 3e-5, no KL,
 one torch thread per process, float32, no gradient checkpointing. Both contenders see the same
 prompts in the same order (relay's PromptIterator order, given to TRL with its shuffling off), and
-the same reward (the exact-sum check of relay.envs.arithmetic). One evaluator scores both final
-models: greedy held-out accuracy.
+the same reward (the exact-sum check of relay.envs.arithmetic). One evaluator: greedy held-out accuracy.
 
 Each run is a fresh child process of this script, and the contenders alternate (TRL first in even
 rounds, relay first in odd ones; round r uses seed r). Measured per run: seconds per step (the
 mean over steps 2..N), launch to the end of the first step (from just before the process starts),
-and peak memory over the whole process tree, Ray's processes included, sampled every 0.1 s, two
-ways: the largest sum of resident memory (RSS), which counts a shared library's pages once in every
-process that maps them and so overstates a system of many processes, and the largest sum of
-proportional set sizes (PSS: shared pages split between the processes that map them), which adds up
-to what the machine holds.
+and peak memory over the whole process tree, Ray's processes included, sampled every 0.1 s: the
+largest sum of resident memory (RSS, which counts shared pages once per process that maps them) and
+of proportional set sizes (PSS: shared pages split between those processes; what the machine holds).
+`benchmarks/peer_trl_compute.py` compares the two steps' compute alone, in one process, no Ray.
 
 TRL comes from PyPI into its own virtual environment, .venv-trl/ (made on first run, beside this
 repository's): it sees this environment's packages through a .pth file, TRL itself is installed
@@ -128,6 +126,23 @@ def held_out_accuracy(model_dir: Path, rows: list[dict]) -> float:
         )
     texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     return sum(parse_answer(t) == r["ground_truth"] for t, r in zip(texts, rows)) / len(rows)
+
+
+def write_data(sizes: list[int], steps: int, rounds: int) -> Path:
+    """The rows as files both contenders read, and for each seed and size the prompt order relay's
+    PromptIterator draws (TRL reads it as written). Returns the folder."""
+    from relay.data import PromptIterator
+
+    train_rows, held_out = addition_rows()
+    data = CACHE / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train_rows), ("held_out", held_out)):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for seed in range(rounds):
+        for p in sizes:
+            order = PromptIterator(train_rows, seed).take(steps * p)
+            (data / f"order-seed{seed}-p{p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
+    return data
 
 
 # ------------------------------------------------------------------------------ the two contenders (child processes)
@@ -346,19 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         child(a)
         return 0
-    from relay.data import PromptIterator
-
     sizes = [int(s) for s in a.sizes.split(",")]
-    CACHE.mkdir(parents=True, exist_ok=True)
+    data = write_data(sizes, a.steps, a.rounds)
     train_rows, held_out = addition_rows()
-    data = CACHE / "data"
-    data.mkdir(exist_ok=True)
-    for name, rows in (("train", train_rows), ("held_out", held_out)):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for seed in range(a.rounds):  # the order relay's PromptIterator draws, for TRL to read as written
-        for p in sizes:
-            order = PromptIterator(train_rows, seed).take(a.steps * p)
-            (data / f"order-seed{seed}-p{p}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
     wanted = ["trl", *RELAYS] if a.only is None else [c.strip() for c in a.only.split(",")]
     if unknown := [c for c in wanted if c not in ("trl", *RELAYS)]:
         ap.error(f"--only: unknown contender(s) {unknown}; choose from trl, {', '.join(RELAYS)}")
