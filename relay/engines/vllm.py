@@ -37,6 +37,7 @@ import torch
 
 from relay.config.schema import LoraConfig
 from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
+from relay.engines.vllm_chunked import generate_chunked
 from relay.engines.vllm_lora import AdapterSlot, lora_llm_kwargs
 from relay.models.loading import load_tokenizer
 
@@ -128,13 +129,19 @@ class VLLMEngine:
 
     # -- generation ---------------------------------------------------------------------------
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, *, chunk: int = 0, between=None
+    ) -> list[list[Completion]]:
+        """chunk > 0 (rollout.partial): `chunk` new tokens per request, `between()` between two
+        chunks (it may load new weights); relay/engines/vllm_chunked.py."""
         from vllm.inputs import TokensPrompt
 
         if not prompt_token_ids:
             return []
         if self._asleep:
             self.wake()
+        if chunk > 0:
+            return generate_chunked(self, prompt_token_ids, sampling, chunk, between)
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
         params = [self._params(sampling, i) for i in range(len(prompts))]
         adapter = self.adapter.request if self.adapter else None
