@@ -22,6 +22,8 @@ or compiled, fp32 or bf16, tiny or 0.5B-sized head: the layerwise reload copies 
 storage), but a packing kernel (AMX) would hold a copy; the re-dispatch is cheap and the failure
 silent, so it stays, and tests/engines checks logprobs against the new weights after each update.
 
+Partial rollouts (`generate(chunk=, between=)`, rollout.partial): relay/engines/vllm_chunked.py.
+
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
 set (see `default_llm_kwargs`).
 """
