@@ -7,8 +7,9 @@ chunk (update_weights resets that cache: those blocks came from the old weights)
 about one prefill of its new tokens rather than of the whole prefix.
 
 Rows end exactly where one unchunked request would end them:
-- stop tokens (EOS included) and `max_tokens`: vLLM stops the chunk at the stop token; `max_tokens`
-  is counted over all chunks;
+- stop tokens (EOS included), `max_tokens` and a full context (`max_model_len`, vLLM's "length"):
+  vLLM stops the chunk at the stop token; the two lengths are counted over all chunks (a chunk whose
+  prompt fills the context would be refused by vLLM);
 - stop strings: vLLM matches them on each chunk's own text only, so one that spans a chunk boundary
   is found here, on the decoded text of all the row's tokens, with vLLM's own rule (the first token
   after which the text contains the string; skip_special_tokens as vLLM's detokenizer).
@@ -53,6 +54,7 @@ def generate_chunked(
         for i, ids in enumerate(prompt_token_ids)
         for k in range(n)
     ]
+    context = engine.llm.llm_engine.model_config.max_model_len  # a full context ends a row ("length")
     index = 0
     while True:
         live = [r for r in rows if r.finish is None]
@@ -76,8 +78,10 @@ def generate_chunked(
                 r.finish = "stop"
             elif c.finish_reason == "stop":  # stop token or a stop string inside the chunk
                 r.finish = "stop"
-            elif len(r.tokens) >= sampling.max_tokens or len(c.token_ids) < m:
+            elif len(r.tokens) >= sampling.max_tokens or len(r.prompt) + len(r.tokens) >= context:
                 r.finish = "length"  # the call's max_tokens, or the model's context is full
+            elif len(c.token_ids) < m:
+                raise RuntimeError(f"vllm ended a chunk after {len(c.token_ids)} of {m} tokens with 'length'")
             r.versions += [version] * (len(r.tokens) - start)
         index += 1
         if all(r.finish is not None for r in rows):

@@ -58,6 +58,21 @@ def test_chunked_greedy_equals_one_request(engine, prompts, chunk):
     assert min(lengths) < 12 and max(lengths) == 12  # rows that stop early and rows that run to max_tokens
 
 
+def test_a_row_that_fills_the_context_ends_as_one_request_does(engine):
+    """The tiny model's context is 512 tokens: rows whose context fills inside and at a chunk's end."""
+    assert engine.llm.llm_engine.model_config.max_model_len == 512
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 200) for _ in range(length)] for length in (507, 508, 509)]
+    sampling = SamplingParams(n=2, temperature=1.0, max_tokens=10, seed=2)
+    whole = engine.generate(prompts, sampling)
+    chunked = engine.generate(prompts, sampling, chunk=2, between=lambda: None)
+    for p, group_a, group_b in zip(prompts, whole, chunked):
+        for a, b in zip(group_a, group_b):
+            assert len(b.token_ids) == len(a.token_ids) and b.finish_reason == a.finish_reason
+            if a.finish_reason == "length":
+                assert len(p) + len(a.token_ids) == 512
+
+
 def test_chunked_sampling_is_seeded_per_chunk(engine, prompts):
     """Chunk 0 is the unchunked request's own stream; later chunks get their own, fixed per seed."""
     sampling = SamplingParams(n=4, temperature=1.0, max_tokens=9, seed=3)
