@@ -134,18 +134,20 @@ class VLLMEngine:
     def generate(
         self, prompt_token_ids: list[list[int]], sampling: SamplingParams, *, chunk: int = 0, between=None
     ) -> list[list[Completion]]:
-        """chunk > 0 (rollout.partial): `chunk` new tokens per request, `between()` between two
-        chunks (it may load new weights); relay/engines/vllm_chunked.py."""
-        from vllm.inputs import TokensPrompt
-
+        """chunk > 0 (rollout.partial): `chunk` new tokens per request, `between()` between two (vllm_chunked.py)."""
         if not prompt_token_ids:
             return []
         if self._asleep:
             self.wake()
         if chunk > 0:
             return generate_chunked(self, prompt_token_ids, sampling, chunk, between)
+        return self._requests(prompt_token_ids, [self._params(sampling, i) for i in range(len(prompt_token_ids))])
+
+    def _requests(self, prompt_token_ids: list[list[int]], params: list) -> list[list[Completion]]:
+        """One vLLM request per prompt (its vLLM SamplingParams), served by the adapter if any."""
+        from vllm.inputs import TokensPrompt
+
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
-        params = [self._params(sampling, i) for i in range(len(prompts))]
         adapter = self.adapter.request if self.adapter else None
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
         return [[to_completion(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]

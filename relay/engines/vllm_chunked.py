@@ -44,10 +44,6 @@ def generate_chunked(
     engine, prompt_token_ids: list[list[int]], sampling: SamplingParams, chunk: int, between: Callable[[], None] | None
 ) -> list[list[Completion]]:
     """VLLMEngine.generate with chunk > 0: one list of `sampling.n` completions per prompt."""
-    from vllm.inputs import TokensPrompt
-
-    from relay.engines.vllm import to_completion
-
     n = sampling.n
     rows = [
         _Row(list(ids), None if sampling.seed is None else sampling.seed + i * n + k)
@@ -60,15 +56,12 @@ def generate_chunked(
         live = [r for r in rows if r.finish is None]
         steps = [min(chunk, sampling.max_tokens - len(r.tokens)) for r in live]
         version = engine.weight_version
-        prompts = [TokensPrompt(prompt_token_ids=r.prompt + r.tokens) for r in live]
         params = [
             engine._params(replace(sampling, n=1, max_tokens=m, seed=chunk_seed(r.seed, index)), 0)
             for r, m in zip(live, steps)
         ]
-        adapter = engine.adapter.request if engine.adapter else None
-        outputs = engine.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
-        for r, m, out in zip(live, steps, outputs):
-            c = to_completion(out.outputs[0])
+        outputs = engine._requests([r.prompt + r.tokens for r in live], params)
+        for r, m, (c,) in zip(live, steps, outputs):
             start = len(r.tokens)
             r.tokens += c.token_ids
             r.logprobs += c.logprobs
