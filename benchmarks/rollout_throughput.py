@@ -3,6 +3,7 @@ Ray actor (the ratio is relay's overhead), and weight-sync seconds per engine.
 
     python benchmarks/rollout_throughput.py [--engines hf vllm sglang] [--model tiny|qwen05b]
                                             [--prompts 16] [--n 4] [--max-tokens 64] [--repeats 3]
+                                            [--chunk 8]
 
 Model: "tiny" is the built-in tiny Qwen2 shape with a one-step warm start (random weights, in effect), so it
 rarely emits EOS and every sample runs to --max-tokens: tokens/s then measures decoding, not
@@ -14,7 +15,9 @@ Sample records, response decoding and the Ray round trip. Both use the same thre
 same sampling (n, temperature 1, the worker's seed) and are timed after one warm-up call; the
 number is the median of --repeats calls. Weight sync: engine.update_weights with the tensors of
 the WeightPayload the Learner sends (bare), and put-once + worker.update_weights through Ray
-(actor, end to end, including the object-store read).
+(actor, end to end, including the object-store read). --chunk N (rollout.partial): also the bare
+call generated N new tokens per request/generate (`generate(chunk=N, between=no-op)`), and its time
+against the unchunked call's.
 """
 
 from __future__ import annotations
@@ -127,10 +130,15 @@ def bench_bare(cfg, model_path: str, rows, a, threads: int, weights) -> dict:
     sampling = RolloutWorker.sampling(worker, step=0)
     seconds, groups = median_time(lambda: engine.generate(prompts, sampling), a.repeats)
     tokens = sum(len(c.token_ids) for g in groups for c in g)
+    chunked_s = None
+    if a.chunk:  # same prompts and sampling, paused every a.chunk tokens (nothing loaded at the pauses)
+        chunked_s, _ = median_time(
+            lambda: engine.generate(prompts, sampling, chunk=a.chunk, between=lambda: None), a.repeats
+        )
     sync_s, _ = median_time(lambda: engine.update_weights(weights.tensors(), 1), a.repeats)
     if hasattr(engine, "shutdown"):
         engine.shutdown()
-    return {"tokens": tokens, "seconds": seconds, "start_s": start_s, "sync_s": sync_s}
+    return {"tokens": tokens, "seconds": seconds, "start_s": start_s, "sync_s": sync_s, "chunked_s": chunked_s}
 
 
 def bench_actor(cfg, model_path: str, rows, a, threads: int, weights, cuda: bool) -> dict:
@@ -164,6 +172,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=0, help="also time the bare call chunked (rollout.partial_chunk)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the engine (bare and actor alike)")
     a = ap.parse_args()
 
@@ -206,6 +215,12 @@ def main() -> None:
         "overhead = bare tok/s / this path's tok/s; start s: engine construction (actor: until it answers); "
         "sync ms: one weight update (actor: put-once + ray.get of worker.update_weights)"
     )
+    for name, (bare, _) in results.items():
+        if bare["chunked_s"] is not None:
+            print(
+                f"{name}: bare call chunked (chunk {a.chunk}) {bare['chunked_s']:.3f} s vs unchunked "
+                f"{bare['seconds']:.3f} s ({bare['chunked_s'] / bare['seconds']:.2f}x)"
+            )
     ray.shutdown()
 
 

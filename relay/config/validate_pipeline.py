@@ -54,10 +54,10 @@ def validate_partial(cfg: Config) -> list[str]:
         p.append(
             "rollout.partial: tokens sampled by older weights need importance weights: set algorithm.tis_cap (e.g. 2.0)"
         )
-    if r.engine != "hf":
+    if r.engine not in ("hf", "vllm"):
         p.append(
-            f"rollout.partial: built for rollout.engine=hf only, not {r.engine} (vLLM's abort-and-resubmit "
-            "of in-flight requests is not built yet)"
+            f"rollout.partial: needs rollout.engine hf or vllm (they generate in chunks and load weights "
+            f"between them), not {r.engine}"
         )
     res = cfg.resources
     broadcast = res.weight_sync == "broadcast" or (

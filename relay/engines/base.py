@@ -55,7 +55,7 @@ class Completion:
     logprobs: list[float]
     finish_reason: str  # "stop" (EOS, stop token or stop string) | "length"
     # Per token, the weight version that sampled it, where weights may change within one generate
-    # (HFEngine with chunk > 0, rollout.partial); None: every token on the engine's weight_version.
+    # (HF or vLLM engine with chunk > 0, rollout.partial); None: every token on the engine's weight_version.
     versions: list[int] | None = None
 
 

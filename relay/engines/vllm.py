@@ -22,6 +22,8 @@ or compiled, fp32 or bf16, tiny or 0.5B-sized head: the layerwise reload copies 
 storage), but a packing kernel (AMX) would hold a copy; the re-dispatch is cheap and the failure
 silent, so it stays, and tests/engines checks logprobs against the new weights after each update.
 
+Partial rollouts (`generate(chunk=, between=)`, rollout.partial): relay/engines/vllm_chunked.py.
+
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
 set (see `default_llm_kwargs`).
 """
@@ -37,6 +39,7 @@ import torch
 
 from relay.config.schema import LoraConfig
 from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
+from relay.engines.vllm_chunked import generate_chunked
 from relay.engines.vllm_lora import AdapterSlot, lora_llm_kwargs
 from relay.models.loading import load_tokenizer
 
@@ -128,15 +131,23 @@ class VLLMEngine:
 
     # -- generation ---------------------------------------------------------------------------
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
-        from vllm.inputs import TokensPrompt
-
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, *, chunk: int = 0, between=None
+    ) -> list[list[Completion]]:
+        """chunk > 0 (rollout.partial): `chunk` new tokens per request, `between()` between two (vllm_chunked.py)."""
         if not prompt_token_ids:
             return []
         if self._asleep:
             self.wake()
+        if chunk > 0:
+            return generate_chunked(self, prompt_token_ids, sampling, chunk, between)
+        return self._requests(prompt_token_ids, [self._params(sampling, i) for i in range(len(prompt_token_ids))])
+
+    def _requests(self, prompt_token_ids: list[list[int]], params: list) -> list[list[Completion]]:
+        """One vLLM request per prompt (its vLLM SamplingParams), served by the adapter if any."""
+        from vllm.inputs import TokensPrompt
+
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
-        params = [self._params(sampling, i) for i in range(len(prompts))]
         adapter = self.adapter.request if self.adapter else None
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
         return [[to_completion(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]

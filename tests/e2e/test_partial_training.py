@@ -2,6 +2,7 @@
 rollout worker mid-call are loaded between two one-token chunks; the run trains, records samples
 whose tokens came from two versions, and every trained token is within max_staleness."""
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -14,8 +15,12 @@ from relay.config import load_config
 REPO = Path(__file__).resolve().parents[2]
 
 
+NO_VLLM = importlib.util.find_spec("vllm") is None
+
+
 @pytest.mark.slow  # a whole run: about 50 s on 2 busy cores, most of it starting the actors
-def test_async_partial_rollouts_train_mixed_samples_within_max_staleness(tmp_path, ray_session, monkeypatch):
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.skipif(NO_VLLM, reason="no vllm"))])
+def test_async_partial_rollouts_train_mixed_samples_within_max_staleness(tmp_path, ray_session, monkeypatch, engine):
     trained, take = [], RolloutProducer.take
 
     def spy(self):
@@ -43,6 +48,7 @@ def test_async_partial_rollouts_train_mixed_samples_within_max_staleness(tmp_pat
         "rollout.partial=true",
         "rollout.partial_chunk=1",
         "algorithm.tis_cap=2.0",
+        f"rollout.engine={engine}",
     ]
     driver.train(load_config(REPO / "configs/default.yaml", overrides))
     assert [step for step, _ in trained] == list(range(6))

@@ -148,7 +148,7 @@ def problems(overrides: list[str]) -> list[str]:
     return []
 
 
-def test_partial_needs_an_overlapped_mode_tis_cap_and_the_hf_engine():
+def test_partial_needs_an_overlapped_mode_tis_cap_and_a_chunking_engine():
     base = ["training.mode=async", "algorithm.tis_cap=2.0", "rollout.partial=true"]
     assert problems(base) == []
     text = "\n".join(problems(["rollout.partial=true", "rollout.partial_chunk=0", "resources.weight_sync=broadcast"]))
@@ -156,5 +156,10 @@ def test_partial_needs_an_overlapped_mode_tis_cap_and_the_hf_engine():
     assert "training.mode one_step_off or async, not sync" in text
     assert "set algorithm.tis_cap" in text
     assert "set resources.weight_sync=object_store" in text
-    # vLLM is refused by name (whether or not it is installed here)
-    assert any("built for rollout.engine=hf only, not vllm" in p for p in problems([*base, "rollout.engine=vllm"]))
+    # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang is refused by name
+    # (whether or not either is installed here)
+    assert problems([*base, "rollout.engine=vllm"]) == []
+    assert (
+        "rollout.partial: needs rollout.engine hf or vllm (they generate in chunks and load weights between them), "
+        "not sglang"
+    ) in problems([*base, "rollout.engine=sglang"])
