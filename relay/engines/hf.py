@@ -160,9 +160,10 @@ class HFEngine:
         for t in range(start, len(tokens)):
             if tokens[t] in stop_ids:
                 return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
-            if sampling.stop:
+            if sampling.stop:  # the first token whose text so far holds a stop string (vLLM's rule: a
+                # token may carry text past it, and the text is kept)
                 text = self.tokenizer.decode(tokens[: t + 1])
-                if any(text.endswith(s) for s in sampling.stop):
+                if any(s in text for s in sampling.stop):
                     return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
         return Completion(tokens, logprobs, "length")
 

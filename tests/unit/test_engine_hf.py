@@ -155,3 +155,18 @@ def test_sglang_module_imports_without_sglang_and_names_the_extra():
         pytest.skip("sglang is installed here")
     with pytest.raises(ImportError, match=r"pip install 'relay\[sglang\]'"):
         sglang.SGLangEngine("/nowhere")
+
+
+def test_a_stop_string_inside_a_token_ends_the_row_at_that_token():
+    """A token may complete a stop string and carry text past it ("\n" inside ".\nThe"): the row
+    ends at that token, as vLLM ends it, not at the call's max_tokens."""
+    pieces = {1: "x", 2: "=", 3: "4.\nThe", 4: " end"}
+
+    class Pieces:
+        def decode(self, ids, **_):
+            return "".join(pieces[i] for i in ids)
+
+    engine = HFEngine.__new__(HFEngine)
+    engine.tokenizer = Pieces()
+    cut = engine._cut([1, 2, 3, 4], [-0.1, -0.2, -0.3, -0.4], set(), SamplingParams(stop=("\n",)))
+    assert (cut.token_ids, cut.logprobs, cut.finish_reason) == ([1, 2, 3], [-0.1, -0.2, -0.3], "stop")
