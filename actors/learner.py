@@ -24,6 +24,7 @@ from relay.checkpoint import (
 )
 from relay.checkpoint_dcp import load_shards, save_shards
 from relay.config import Config
+from relay.config.resolved import tis_cap
 from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, shard_model, share_rows
 from relay.lora import (
     adapters_disabled,
@@ -92,6 +93,7 @@ class Learner:
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.temperature = cfg.rollout.temperature
+        self.tis_cap = tis_cap(cfg)  # algorithm.tis_cap, its null resolved by training.mode
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
         if cfg.model.lora.rank:  # relay/lora.py: only adapters train; the base doubles as the reference
@@ -191,7 +193,7 @@ class Learner:
         mask = micro.loss_mask
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
         old = logprobs.detach() if micro.old_logprobs is None else micro.old_logprobs
-        is_weights = truncated_is_weights(old, micro.rollout_logprobs, a.tis_cap) if a.tis_cap else None
+        is_weights = truncated_is_weights(old, micro.rollout_logprobs, self.tis_cap) if self.tis_cap else None
         loss, metrics = policy_loss(
             a.policy_loss,
             logprobs=logprobs,

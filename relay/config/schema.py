@@ -233,7 +233,10 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0
     gamma: float = 1.0
     lam: float = 1.0
-    tis_cap: float | None = None  # truncated importance sampling cap for engine/learner mismatch
+    # Truncated importance sampling: each token weighted by min(pi_learner / pi_rollout, tis_cap), for
+    # an engine whose logprobs differ from the learner's and for samples from older weights. null:
+    # 2.0 where samples are stale (training.mode one_step_off / async), off in sync; 0: off.
+    tis_cap: float | None = None
     kl_controller: Literal["fixed", "adaptive"] = "fixed"  # adaptive: Ziegler et al. 2019, for kl_in=reward
     kl_target: float = 0.1
     kl_horizon: int = 10_000

@@ -66,7 +66,10 @@ def validate(cfg: Config) -> list[str]:
     need(a.kl_coef >= 0, f"algorithm.kl_coef: must be >= 0, got {a.kl_coef}")
     need(0 <= a.gamma <= 1, f"algorithm.gamma: must be in [0, 1], got {a.gamma}")
     need(0 <= a.lam <= 1, f"algorithm.lam: must be in [0, 1], got {a.lam}")
-    need(a.tis_cap is None or a.tis_cap >= 1, f"algorithm.tis_cap: must be >= 1 or null, got {a.tis_cap}")
+    need(
+        a.tis_cap is None or a.tis_cap == 0 or a.tis_cap >= 1,
+        f"algorithm.tis_cap: must be >= 1, 0 (off) or null (by training.mode), got {a.tis_cap}",
+    )
     if a.estimator == "gae" and not cfg.critic.enabled:
         p.append(
             "algorithm.estimator=gae needs a value model: set critic.enabled=true (or pick grpo, dr_grpo, rloo, reinforce_plus_plus)"

@@ -3,6 +3,7 @@ resources.colocate, which needs a pipeline whose phases never overlap."""
 
 from __future__ import annotations
 
+from relay.config.resolved import tis_cap
 from relay.config.schema import Config, TrainingConfig
 
 MODES = ("sync", "one_step_off", "async")
@@ -49,10 +50,10 @@ def validate_partial(cfg: Config) -> list[str]:
             f"rollout.partial: weights arrive mid-rollout only when rollout overlaps training: it needs "
             f"training.mode one_step_off or async, not {cfg.training.mode}"
         )
-    if cfg.algorithm.tis_cap is None:
-        # each token's importance weight uses the logprob of the weights that sampled it
+    elif tis_cap(cfg) is None:  # each token's importance weight uses the logprob of the weights that sampled it
         p.append(
-            "rollout.partial: tokens sampled by older weights need importance weights: set algorithm.tis_cap (e.g. 2.0)"
+            "rollout.partial: tokens sampled by older weights need importance weights, which "
+            "algorithm.tis_cap=0 turns off: set it >= 1, or null (2.0 in one_step_off / async)"
         )
     if r.engine not in ("hf", "vllm"):
         p.append(

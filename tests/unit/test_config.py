@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from relay.config import Config, ConfigError, load_config, save_resolved
+from relay.config.resolved import tis_cap
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if p.name != "tune.yaml")
@@ -170,3 +171,23 @@ def test_agent_limits_are_built_from_the_config():
     )
     textgame = load_config(REPO / "configs/textgame.yaml")  # no tools: no tool turns
     assert AgentLimits.from_config(textgame).max_tool_turns == 0
+
+
+@pytest.mark.parametrize(
+    "overrides, cap",
+    [
+        ([], None),  # sync: samples come from the weights being trained
+        (["training.mode=async"], 2.0),  # stale samples need importance weights (docs/pipeline.md)
+        (["training.mode=one_step_off"], 2.0),
+        (["training.mode=async", "algorithm.tis_cap=0"], None),  # off, by hand
+        (["algorithm.tis_cap=5"], 5.0),
+    ],
+)
+def test_a_null_tis_cap_is_resolved_by_the_training_mode(overrides, cap):
+    assert tis_cap(load_config(None, overrides)) == cap
+
+
+def test_a_tis_cap_between_0_and_1_is_refused_with_one_line():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algorithm.tis_cap=0.5"])
+    assert e.value.problems == ["algorithm.tis_cap: must be >= 1, 0 (off) or null (by training.mode), got 0.5"]

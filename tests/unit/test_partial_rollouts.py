@@ -151,11 +151,13 @@ def problems(overrides: list[str]) -> list[str]:
 def test_partial_needs_an_overlapped_mode_tis_cap_and_a_chunking_engine():
     base = ["training.mode=async", "algorithm.tis_cap=2.0", "rollout.partial=true"]
     assert problems(base) == []
+    assert problems(["training.mode=async", "rollout.partial=true"]) == []  # a null tis_cap: 2.0 in async
     text = "\n".join(problems(["rollout.partial=true", "rollout.partial_chunk=0", "resources.weight_sync=broadcast"]))
     assert "rollout.partial_chunk: must be >= 1" in text
     assert "training.mode one_step_off or async, not sync" in text
-    assert "set algorithm.tis_cap" in text
     assert "set resources.weight_sync=object_store" in text
+    [off] = problems(["training.mode=async", "rollout.partial=true", "algorithm.tis_cap=0"])
+    assert off.startswith("rollout.partial: tokens sampled by older weights need importance weights")
     # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang is refused by name
     # (whether or not either is installed here)
     assert problems([*base, "rollout.engine=vllm"]) == []
