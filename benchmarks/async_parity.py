@@ -123,7 +123,12 @@ def main() -> int:
     if args.eval_every and args.steps % 2 == 0 and (args.steps // 2) % args.eval_every == 0:
         half = args.steps // 2
         points.append((f"held-out accuracy at step {half} (same runs)", lambda r: at_step(r["curve"], half)))
-        points.append((f"area under the held-out curve, steps 0-{half}", lambda r: area(r["curve"][: 1 + half // args.eval_every])))
+        points.append(
+            (
+                f"area under the held-out curve, steps 0-{half}",
+                lambda r: area(r["curve"][: 1 + half // args.eval_every]),
+            )
+        )
     points.append((f"area under the held-out curve, steps 0-{args.steps} (mean accuracy)", lambda r: r["area"]))
     summarize(rows, args.modes, points)
     return 0
