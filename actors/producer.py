@@ -209,6 +209,7 @@ class RolloutProducer:
         """The next step's samples: waits (learner idle) until enough groups are finished."""
         dropped = 0
         while True:
+            self._receive_finished()  # older groups already back must be in the buffer before it picks
             groups, stale = self.buffer.take()
             dropped += len(stale)
             self._stale(stale)
@@ -230,6 +231,17 @@ class RolloutProducer:
         }
         self.finished, self.score_metrics = [], {}
         return [s for g in sorted(groups, key=lambda g: g.index) for s in g.samples], metrics
+
+    def _receive_finished(self) -> None:
+        """Read every group already back, without waiting. A worker runs its calls in order, but
+        ray.wait over several streams answers one of the ready ones, not the oldest: when a step
+        finds two calls finished (say an evaluation kept the driver away), it could fill up on the
+        newer call's groups, train them, and drop the older call's, finished first, as stale."""
+        while self.calls:
+            done, _ = ray.wait(list(self.calls), num_returns=1, timeout=0, fetch_local=False)
+            if not done:
+                return
+            self._receive(done[0])
 
     def _progress(self, loads: dict | None = None) -> None:
         """Wait until a group comes back (received here) or one of `loads` (weight load ref -> its

@@ -72,6 +72,22 @@ def test_async_resume_trains_every_group_once_within_max_staleness(tmp_path, ray
     assert counts == {g: 4 for g in range(16)}  # 4 steps x 4 prompts, each prompt's group (n=4) once
 
 
+def test_async_step_takes_the_older_finished_call_first_after_an_evaluation(tmp_path, ray_session, trained):
+    """Whole-step calls on one worker, a held-out evaluation after every step: while the driver
+    evaluates, the next call finishes too, so a step finds two calls' groups back. It must train
+    the older call's (one version stale) and drop none; reading whichever stream ray.wait answered
+    first, it trained the newer call's and dropped the older one's as stale."""
+    mode = ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=4", "run.name=ev"]
+    reported = []
+    run(tmp_path, [*mode, "training.eval_every=1", "task.num_eval_rows=64"], report=lambda s, m: reported.append(m))
+    assert [step for step, _ in trained] == [0, 1, 2, 3]
+    for step, samples in trained:
+        assert {step - s.weight_version for s in samples} == {min(step, 1)}, step
+    assert sum(m["rollout/dropped_stale"] for m in reported) == 0
+    counts = Counter(s.group_id for _, samples in trained for s in samples)
+    assert counts == {g: 4 for g in range(16)}  # the prompts in the order they were drawn, each once
+
+
 def signal_a_worker_after_step_1(tmp_path, monkeypatch, sig: int, overrides: list[str]) -> Counter:
     """An async run (2 workers, calls of 2 groups, one group live at a time: a stream may be half
     back) whose first rollout worker gets `sig` right after step 1 took its batch, with calls queued
