@@ -8,7 +8,8 @@ consumed per task. Numbers, never assertions.
     python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR] [--partial]
 
 --partial adds async_partial: async with rollout.partial (weights loaded mid-call between chunks
-of rollout.partial_chunk tokens; algorithm.tis_cap=2.0, which partial rollouts need).
+of rollout.partial_chunk tokens). Every overlapped mode trains with algorithm.tis_cap's default
+there, 2.0: truncated importance sampling for samples from older weights.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ MODES = {
     + ["rollout.max_live_episodes=32"],
     # --partial: weights that arrive mid-call load at the next chunk boundary (docs/pipeline.md)
     "async_partial": ["training.mode=async", "training.max_staleness=1", "rollout.partial=true"]
-    + ["rollout.partial_chunk=4", "algorithm.tis_cap=2.0"],
+    + ["rollout.partial_chunk=4"],
 }
 # async_cb only where episodes differ in length: a single-turn batch ends in one generate call
 TASK_MODES = {"default": ("sync", "one_step_off", "async"), "textgame": ("sync", "one_step_off", "async", "async_cb")}
