@@ -1,9 +1,10 @@
-"""What the agent-loop tests share: a scripted engine that records every call, a tool, a
-Qwen2.5-style chat template, and the token-exactness check (tests/unit/test_agent_loop.py,
-tests/unit/test_agent_env_and_limits.py)."""
+"""What the agent-loop tests share (tests/unit/test_agent_*.py and others): a scripted engine that
+records every call, a tool, a Qwen2.5-style chat template, the token-exactness check, and an
+environment that can crash."""
 
 from __future__ import annotations
 
+from relay.agent import AgentLimits, AgentLoop
 from relay.engines.base import Completion
 from relay.tools.parsers import ToolCall
 from relay.tools.registry import ToolResult
@@ -107,3 +108,34 @@ def rendered(tokenizer, messages, tools=None):
 
 def decoded(tokenizer, sample):
     return tokenizer.decode(sample.prompt_ids + sample.response_ids)
+
+
+class Flaky:
+    """Raises on its second step when built with explode=True (per row)."""
+
+    def reset(self, explode=False, **_):
+        self.explode, self.t = explode, 0
+        return "start"
+
+    def step(self, action):
+        self.t += 1
+        if self.explode and self.t == 2:
+            raise RuntimeError("the game server crashed")
+        return f"obs {self.t}", 0.25, self.t >= 3, {"t": self.t}
+
+    def get_state_description(self):
+        return f"t={self.t}"
+
+    def get_prompt_prefix(self):
+        return "Play."
+
+
+def env_loop(engine, tok, runner, **limits):
+    return AgentLoop(
+        engine,
+        tok,
+        AgentLimits(**{"max_tokens_per_turn": 16, **limits}),
+        env_reset=runner.reset,
+        env_step=runner.step,
+        env_close=runner.close,
+    )

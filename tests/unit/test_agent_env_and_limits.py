@@ -17,10 +17,12 @@ from relay.models.tokenizer import build_tiny_tokenizer
 from relay.tools.parsers import get_parser
 from tests.agent_scripts import (
     EOS,
+    Flaky,
     ScriptedEngine,
     calculator,
     check_exact,
     decoded,
+    env_loop,
     rendered,
 )
 
@@ -28,37 +30,6 @@ from tests.agent_scripts import (
 @pytest.fixture(scope="module")
 def tok():
     return build_tiny_tokenizer()
-
-
-class Flaky:
-    """Raises on its second step when built with explode=True (per row)."""
-
-    def reset(self, explode=False, **_):
-        self.explode, self.t = explode, 0
-        return "start"
-
-    def step(self, action):
-        self.t += 1
-        if self.explode and self.t == 2:
-            raise RuntimeError("the game server crashed")
-        return f"obs {self.t}", 0.25, self.t >= 3, {"t": self.t}
-
-    def get_state_description(self):
-        return f"t={self.t}"
-
-    def get_prompt_prefix(self):
-        return "Play."
-
-
-def env_loop(engine, tok, runner, **limits):
-    return AgentLoop(
-        engine,
-        tok,
-        AgentLimits(**{"max_tokens_per_turn": 16, **limits}),
-        env_reset=runner.reset,
-        env_step=runner.step,
-        env_close=runner.close,
-    )
 
 
 def test_env_exception_is_data_and_the_rollout_goes_on(tok):

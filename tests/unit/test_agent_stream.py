@@ -10,7 +10,7 @@ from relay.agent import AgentLimits, AgentLoop
 from relay.engines.base import SamplingParams
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.tools.parsers import get_parser
-from tests.unit.test_agent_loop import EOS, ScriptedEngine, calculator, check_exact
+from tests.agent_scripts import EOS, ScriptedEngine, calculator, check_exact
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_environment_episodes_stream_and_each_is_closed_once(tok):
     an environment error ends its group early, the next row starts in its place, and every
     episode's environment is reset once and handed back once (env_close per finished group)."""
     from relay.envs.base import EnvRunner
-    from tests.unit.test_agent_loop import Flaky, env_loop
+    from tests.agent_scripts import Flaky, env_loop
 
     runner, resets, closes = EnvRunner(Flaky), [], []
     reset, close = runner.reset, runner.close

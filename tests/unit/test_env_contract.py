@@ -22,7 +22,7 @@ from relay.failures import FailureWatch, RunFailed
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.run import eval_metrics
 from relay.types import Sample
-from tests.unit.test_agent_loop import EOS, ScriptedEngine
+from tests.agent_scripts import EOS, ScriptedEngine
 
 
 class GuessEnv:

@@ -21,7 +21,7 @@ from relay.pipeline import sample_from_json, sample_to_json, staleness_metrics
 from relay.staged_weights import StagedWeights
 from relay.tools.parsers import get_parser
 from relay.types import Batch, Sample
-from tests.unit.test_agent_loop import EOS, ScriptedEngine, calculator
+from tests.agent_scripts import EOS, ScriptedEngine, calculator
 
 
 @pytest.fixture(scope="module")
