@@ -124,7 +124,7 @@ class RolloutConfig:
     # Partial rollouts (docs/pipeline.md): with training.mode one_step_off or async, weights that
     # arrive mid-call are loaded between two chunks of partial_chunk new tokens (or two turns) and
     # generation goes on with them; every token records the version that sampled it
-    # (Sample.token_versions). Needs algorithm.tis_cap; engine hf or vllm.
+    # (Sample.token_versions). Needs algorithm.tis_cap (not 0); engine hf or vllm.
     partial: bool = False
     partial_chunk: int = 16
     # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
