@@ -148,66 +148,49 @@ def write_data(sizes: list[int], steps: int, rounds: int) -> Path:
 # ------------------------------------------------------------------------------ the two contenders (child processes)
 
 
+def relay_setting(model, data, prompts: int) -> list[str]:
+    """relay's config keys for the setting (what TRL gets in trl_trainer)."""
+    keys = [f"model.path={model}", "task.name=custom", "task.prompt_format=raw", f"training.lr={LR}"]
+    keys += [f"task.train_file={data}/train.jsonl", f"task.eval_file={data}/held_out.jsonl"]
+    return keys + [
+        f"rollout.n={SAMPLES}",
+        f"rollout.max_new_tokens={NEW_TOKENS}",
+        f"training.prompts_per_step={prompts}",
+    ]
+
+
 def run_relay(a, work: Path, steps_done: list[float], colocate: bool = False) -> Path:
     import driver
     from relay.config import load_config
 
-    cfg = load_config(
-        None,
-        [
-            f"run.output_dir={work}",
-            "run.name=relay",
-            f"run.seed={a.seed}",
-            f"model.path={a.model}",
-            "task.name=custom",
-            f"task.train_file={a.data}/train.jsonl",
-            f"task.eval_file={a.data}/held_out.jsonl",
-            "task.prompt_format=raw",
-            f"rollout.n={SAMPLES}",
-            f"rollout.max_new_tokens={NEW_TOKENS}",
-            f"training.steps={a.steps}",
-            f"training.prompts_per_step={a.prompts}",
-            f"training.lr={LR}",
-            "training.eval_before=false",
-            "checkpoint.every=0",
-            "checkpoint.save_hf_model=true",
-            "logging.console=false",
-            f"resources.colocate={str(colocate).lower()}",
-        ],
-    )
+    run = [f"run.output_dir={work}", "run.name=relay", f"run.seed={a.seed}", f"training.steps={a.steps}"]
+    run += ["training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=true"]
+    run += ["logging.console=false", f"resources.colocate={str(colocate).lower()}"]
+    cfg = load_config(None, relay_setting(a.model, a.data, a.prompts) + run)
     driver.train(cfg, report=lambda step, metrics: steps_done.append(time.time()))
     return work / "relay" / "final_model"
 
 
-def run_trl(a, work: Path, steps_done: list[float]) -> Path:
+def trl_trainer(model: str, data: Path, output_dir: Path, seed: int, steps: int, prompts: int, callback):
+    """TRL's GRPOTrainer on the setting: seed `seed`'s prompt order, `prompts` x 8 samples a step."""
     sys.modules["vllm"] = None  # a CPU run generates with transformers; importing vLLM would only cost start-up
-    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from relay.envs.arithmetic import parse_answer
 
-    torch.set_num_threads(1)
-
     def exact_sum(prompts, completions, ground_truth, **_):
         return [1.0 if parse_answer(c) == g else 0.0 for c, g in zip(completions, ground_truth)]
 
-    class StepTimes(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            steps_done.append(time.time())
-            threads.append(torch.get_num_threads())  # nothing inside the trainer raised it
-
-    threads: list[int] = []
-
-    rows = [json.loads(line) for line in (Path(a.data) / f"order-seed{a.seed}-p{a.prompts}.jsonl").open()]
+    rows = [json.loads(line) for line in (Path(data) / f"order-seed{seed}-p{prompts}.jsonl").open()]
     config = GRPOConfig(
-        output_dir=str(work / "trl"),
+        output_dir=str(output_dir),
         use_cpu=True,
-        seed=a.seed,
-        max_steps=a.steps,
+        seed=seed,
+        max_steps=steps,
         learning_rate=LR,
-        per_device_train_batch_size=a.prompts * SAMPLES,  # completions per step
+        per_device_train_batch_size=prompts * SAMPLES,  # completions per step
         num_generations=SAMPLES,
         max_completion_length=NEW_TOKENS,
         temperature=1.0,
@@ -223,14 +206,29 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(a.model),
-        processing_class=AutoTokenizer.from_pretrained(a.model, padding_side="left"),
+    return GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model),
+        processing_class=AutoTokenizer.from_pretrained(model, padding_side="left"),
         reward_funcs=exact_sum,
         args=config,
         train_dataset=Dataset.from_list(rows),
-        callbacks=[StepTimes()],
+        callbacks=[callback],
     )
+
+
+def run_trl(a, work: Path, steps_done: list[float]) -> Path:
+    import torch
+    from transformers import TrainerCallback
+
+    torch.set_num_threads(1)
+
+    class StepTimes(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            steps_done.append(time.time())
+            threads.append(torch.get_num_threads())  # nothing inside the trainer raised it
+
+    threads: list[int] = []
+    trainer = trl_trainer(a.model, Path(a.data), work / "trl", a.seed, a.steps, a.prompts, StepTimes())
     trainer.train()
     assert set(threads) == {1}, f"TRL ran with {set(threads)} torch threads"
     trainer.save_model(str(work / "trl" / "final_model"))

@@ -28,45 +28,27 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.peer_trl import (  # noqa: E402
     CACHE,
-    LR,
-    NEW_TOKENS,
     SAMPLES,
     addition_rows,
+    relay_setting,
     tiny_plain_model,
     trl_python,
+    trl_trainer,
     write_data,
 )
 
 
 def interleaved(prompts: int, steps: int, model: Path, data: Path) -> dict[str, float]:
     """In TRL's environment: TRL's steps and relay's, alternated; median seconds of each."""
-    sys.modules["vllm"] = None  # TRL generates with transformers here
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import TrainerCallback
 
     from actors.colocated import ColocatedWorker
     from relay.config import load_config
     from relay.data import PromptIterator
-    from relay.envs.arithmetic import parse_answer
 
     torch.set_num_threads(1)
-    cfg = load_config(
-        None,
-        [
-            f"model.path={model}",
-            "task.name=custom",
-            f"task.train_file={data}/train.jsonl",
-            f"task.eval_file={data}/held_out.jsonl",
-            "task.prompt_format=raw",
-            f"rollout.n={SAMPLES}",
-            f"rollout.max_new_tokens={NEW_TOKENS}",
-            f"training.prompts_per_step={prompts}",
-            f"training.lr={LR}",
-            "resources.colocate=true",
-        ],
-    )
+    cfg = load_config(None, [*relay_setting(model, data, prompts), "resources.colocate=true"])
     relay = ColocatedWorker(cfg, str(model), 1)
     train_rows = [json.loads(line) for line in (data / "train.jsonl").open()]
     relay_prompts = PromptIterator(train_rows, 0)
@@ -87,38 +69,7 @@ def interleaved(prompts: int, steps: int, model: Path, data: Path) -> dict[str, 
             times["relay rollout"].append(rolled - start)
             times["relay update"].append(done - rolled)
 
-    def exact_sum(prompts, completions, ground_truth, **_):
-        return [1.0 if parse_answer(c) == g else 0.0 for c, g in zip(completions, ground_truth)]
-
-    rows = [json.loads(line) for line in (data / f"order-seed0-p{prompts}.jsonl").open()]
-    config = GRPOConfig(
-        output_dir=str(CACHE / "compute-trl"),
-        use_cpu=True,
-        seed=0,
-        max_steps=steps,
-        learning_rate=LR,
-        per_device_train_batch_size=prompts * SAMPLES,
-        num_generations=SAMPLES,
-        max_completion_length=NEW_TOKENS,
-        temperature=1.0,
-        beta=0.0,
-        bf16=False,
-        gradient_checkpointing=False,
-        shuffle_dataset=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=10**6,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model),
-        processing_class=AutoTokenizer.from_pretrained(model, padding_side="left"),
-        reward_funcs=exact_sum,
-        args=config,
-        train_dataset=Dataset.from_list(rows),
-        callbacks=[RelayStepAfterEach()],
-    ).train()
+    trl_trainer(str(model), data, CACHE / "compute-trl", 0, steps, prompts, RelayStepAfterEach()).train()
     return {k: statistics.median(v[5:]) for k, v in times.items()}
 
 
