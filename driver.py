@@ -28,7 +28,7 @@ from relay.command_line import run_command_line
 from relay.config import Config
 from relay.dapo import mixed_groups, punish_overlong
 from relay.data import PromptIterator
-from relay.envs.scoring import neutralize_reward_errors
+from relay.envs.scoring import trainable
 from relay.failures import FailureWatch, step_failures
 from relay.kl_control import driver_needs_old_logprobs, make_kl_controller
 from relay.loggers import make_loggers
@@ -86,6 +86,11 @@ def finish(cfg: Config, actors, samples) -> dict[str, float]:
     return metrics
 
 
+def sampling_round(cfg: Config, step: int, attempt: int = 0) -> int:
+    """The rollout's seed round: one per try of every step, so a resumed run samples as the first did."""
+    return step * cfg.algorithm.dynamic_sampling_max_tries + attempt
+
+
 def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     """Roll out and score one batch. With DAPO dynamic sampling, groups whose rewards are all
     equal carry no signal: drop them and draw more prompts, at most `dynamic_sampling_max_tries`."""
@@ -93,7 +98,7 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     kept, metrics = [], {"dapo/groups_dropped": 0.0}
     for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
         samples, metrics_rollout = rollout(
-            actors, prompts.take(want), step * a.dynamic_sampling_max_tries + attempt, first_group_id=attempt * want
+            actors, prompts.take(want), sampling_round(cfg, step, attempt), first_group_id=attempt * want
         )
         tools = {
             k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
@@ -111,6 +116,64 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     return kept[: want * cfg.rollout.n] or samples, metrics
 
 
+def one_call_steps(cfg: Config, actors) -> bool:
+    """resources.colocate with nothing to do between the rollout and the update: no reward model,
+    reference, critic or DAPO, and no environment pool (whose lost shard the driver redoes)."""
+    a = cfg.algorithm
+    between = actors.reward_model or actors.reference or actors.critic or actors.env
+    return actors.colocated and not (between or a.dynamic_sampling or a.overlong_buffer_len)
+
+
+def rollout_and_update(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, timer: PhaseTimer):
+    """A sync step in one call to the colocated actor (one round trip instead of two; the samples
+    cross once). The actor times the rollout and the update; the driver's timer takes its seconds."""
+    call = actors.learner.rollout_and_update.remote(
+        prompts.take(cfg.training.prompts_per_step), sampling_round(cfg, step), kl_ctl.value
+    )
+    samples, rollout_metrics, update_metrics, seconds = actors.faults.get(call, actors.learner, "step", long=True)
+    actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
+    timer.seconds.update(seconds)
+    return samples, {**merge_rollout_metrics([rollout_metrics]), **score(samples)}, update_metrics
+
+
+def rollout_then_update(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, timer: PhaseTimer, producer):
+    """The step's samples (rolled out now, or by the producer while earlier steps trained), what
+    their advantages need, and the update: the samples, their metrics and the update's."""
+    get = actors.faults.get  # past its deadline, the run stops
+    with timer("rollout"):  # the learner waits for its data here
+        samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
+    if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
+        sleep_engines(actors)
+    # The samples go once to every actor that builds the step's Batch (relay/step_batch.py): the
+    # learner finds the advantages inside `update`. Old logprobs come first only for a KL penalty
+    # in the reward (relay/old_logprobs.py); the critic needs them too.
+    kl_in_reward = driver_needs_old_logprobs(cfg.algorithm, has_reference=actors.reference is not None)
+    trained = trainable(samples)  # no reward, no gradient: a NaN never reaches the advantages
+    step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
+    with timer("reference"):  # what the advantages need; it stays in the object store for the update calls
+        inputs, handles = {}, []
+        if kl_in_reward:
+            inputs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
+            handles.append(actors.learner)
+        if actors.critic:
+            inputs["values"] = actors.critic.compute_values.remote(step_ref)
+            handles.append(actors.critic)
+        if actors.reference is not None:
+            inputs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
+            handles.append(actors.reference)
+        actors.faults.wait(list(inputs.values()), handles, "logprobs and values", long=True)
+    with timer("update"):
+        trained = [h for h in (actors.learner, actors.critic) if h is not None]
+        updates = get(
+            [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in trained],
+            trained,
+            "update",
+            long=True,
+        )
+        update_metrics = {k: v for m in updates for k, v in m.items()}  # with the batch's reward/mean, ...
+    return samples, sample_metrics, update_metrics
+
+
 def train_step(
     cfg: Config,
     actors,
@@ -123,46 +186,22 @@ def train_step(
 ) -> dict:
     """One RL step; returns its metrics. With a producer (training.mode one_step_off / async) the
     samples were rolled out while earlier steps trained, and the weight sync is not waited for."""
-    a, timer, get = cfg.algorithm, PhaseTimer(), actors.faults.get  # get: past its deadline, the run stops
+    timer = PhaseTimer()
+    kl_in_reward = driver_needs_old_logprobs(cfg.algorithm, has_reference=actors.reference is not None)
     with timer("step"):
-        with timer("rollout"):  # the learner waits for its data here
-            samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
-        if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
-            sample_writer.write(step + 1, samples)
-        neutralize_reward_errors(samples)  # no reward, no gradient: a NaN never reaches the advantages
-        if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
-            sleep_engines(actors)
-        # The samples go once to every actor that builds the step's Batch (relay/step_batch.py): the
-        # learner finds the advantages inside `update`. Old logprobs come first only for a KL penalty
-        # in the reward (relay/old_logprobs.py); the critic needs them too.
-        kl_in_reward = driver_needs_old_logprobs(a, has_reference=actors.reference is not None)
-        step_ref = ray.put(samples) if actors.reference is not None or actors.critic else samples
-        with timer("reference"):  # what the advantages need; it stays in the object store for the update calls
-            inputs, handles = {}, []
-            if kl_in_reward:
-                inputs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
-                handles.append(actors.learner)
-            if actors.critic:
-                inputs["values"] = actors.critic.compute_values.remote(step_ref)
-                handles.append(actors.critic)
-            if actors.reference is not None:
-                inputs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
-                handles.append(actors.reference)
-            actors.faults.wait(list(inputs.values()), handles, "logprobs and values", long=True)
-        with timer("update"):
-            trained = [h for h in (actors.learner, actors.critic) if h is not None]
-            updates = get(
-                [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in trained],
-                trained,
-                "update",
-                long=True,
+        if producer is None and one_call_steps(cfg, actors):
+            samples, sample_metrics, update_metrics = rollout_and_update(cfg, actors, prompts, step, kl_ctl, timer)
+        else:
+            samples, sample_metrics, update_metrics = rollout_then_update(
+                cfg, actors, prompts, step, kl_ctl, timer, producer
             )
-            update_metrics = {k: v for m in updates for k, v in m.items()}  # with the batch's reward/mean, ...
         with timer("sync"):
             if producer is None:
                 sync_weights(actors, version=step + 1)
             else:  # each worker loads it after its calls in flight; later calls run on it
                 producer.sync_weights(step + 1)
+    if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
+        sample_writer.write(step + 1, samples)
     metrics = {
         keys.WEIGHTS_VERSION: step + 1,
         keys.STALENESS: step - min(s.weight_version for s in samples),

@@ -14,6 +14,7 @@ one learner actor (relay/config/validate.py says so, naming the key, before any 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ from actors.rollout import RolloutWorker, peak_rss_mb
 from actors.weights import node_id
 from relay.config import Config
 from relay.engines.hf import HFEngine
+from relay.envs.scoring import trainable
+from relay.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.models.loading import load_tokenizer
 from relay.types import Batch, Sample
 
@@ -73,6 +76,21 @@ class ColocatedWorker:
         metrics = self.learner.update(step, **inputs)
         self.use_trained_weights(self.learner.updates)
         return metrics
+
+    def rollout_and_update(
+        self, rows: list[dict[str, Any]], step: int, kl_coef: float
+    ) -> tuple[list[Sample], dict[str, float], dict[str, float], dict[str, float]]:
+        """A sync step in one call, where nothing needs the samples between the rollout and the
+        update (the driver's `rollout_and_update`): the rollout, then the update on its trainable
+        samples, as the driver does it. One round trip instead of two; the samples cross once.
+        Returns the samples as scored (the driver logs and checks them), the rollout's metrics,
+        the update's, and the seconds of both phases, timed here."""
+        start = time.perf_counter()
+        samples, rollout_metrics = self.rollout(rows, step, first_group_id=0)
+        rolled = time.perf_counter()
+        update_metrics = self.update(trainable(samples), kl_coef=kl_coef)
+        seconds = {ROLLOUT_S: rolled - start, UPDATE_S: time.perf_counter() - rolled}
+        return samples, rollout_metrics, update_metrics, seconds
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return self.learner.compute_logprobs(step)

@@ -31,8 +31,9 @@ RM_SECONDS = "rm/seconds"
 STEP_S = phase_seconds("step")
 ROLLOUT_S = phase_seconds("rollout")
 REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers inside the rollout phase: the slowest's
+UPDATE_S = phase_seconds("update")
 SYNC_S = phase_seconds("sync")
-LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; phase_seconds("update") is the driver's
+LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; UPDATE_S is the phase's
 # training.mode one_step_off / async (relay/pipeline.py, actors/producer.py)
 STALENESS_MIN = "weights/staleness_min"  # versions behind the update's, over every trained sample of the step
 STALENESS_MEAN = "weights/staleness_mean"

@@ -3,7 +3,7 @@
     scorer = Scorer(resolve_dotted(cfg.task.reward_fn_path), env_runner_or_None)
     rewards, errors, metrics = scorer.score(samples)   # errors[i]: why samples[i] has no reward
     ...
-    neutralize_reward_errors(samples)                   # in the driver, before the Batch is built
+    trained = trainable(samples)                        # before the Batch is built; samples stay as scored
 
 A reward function that raises, or returns NaN, inf or a non-number, gives a reward error: the
 sample keeps reward 0 while it is counted (reward/errors) and shown (the first few in full), then
@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 
 from relay.envs.base import EnvRunner
 from relay.envs.trajectory import reward_caller, reward_value
@@ -73,3 +74,11 @@ def neutralize_reward_errors(samples: list[Sample]) -> int:
         s.loss_mask = [0] * len(s.loss_mask)
         s.token_rewards = {}
     return len(failed)
+
+
+def trainable(samples: list[Sample]) -> list[Sample]:
+    """The samples to train on: each one with a reward error as a neutralized copy
+    (neutralize_reward_errors), the others as they are. `samples` stay as scored, for the logs."""
+    trained = [replace(s) if s.reward_error is not None else s for s in samples]
+    neutralize_reward_errors(trained)
+    return trained

@@ -1,7 +1,7 @@
 """resources.colocate (actors/colocated.py): one actor is learner and rollout worker, generating
 from the learner's own module. Plain classes, no Ray: the same batch gives the same samples and the
 same update as the separate Learner and RolloutWorker; the update tags the weights' version; the learner's RNG
-stream is untouched by rollouts."""
+stream is untouched by rollouts; the one-call step is the rollout and the update."""
 
 import pytest
 import torch
@@ -9,8 +9,10 @@ import torch
 from actors.colocated import ColocatedWorker
 from actors.learner import Learner
 from actors.rollout import RolloutWorker
+from relay import metric_keys as keys
 from relay.algos import compute_advantages
 from relay.config import ConfigError, load_config
+from relay.envs.scoring import trainable
 from relay.run import task_rows
 from relay.types import Batch
 
@@ -54,6 +56,25 @@ def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_mod
 
         worker.engine.update_weights(learner.model.state_dict(), step + 1)
         assert colocated.weight_version() == step + 1  # the update tagged the engine: no sync call
+
+
+def test_one_call_step_is_the_rollout_then_the_update(tiny_model_path):
+    cfg = load_config(None, [*SMALL, "resources.colocate=true"])
+    rows = task_rows(cfg)[0][:4]
+    two_calls, one_call = ColocatedWorker(cfg, tiny_model_path, 1), ColocatedWorker(cfg, tiny_model_path, 1)
+    for step in range(3):
+        theirs, their_rollout = two_calls.rollout(rows, step, first_group_id=0)
+        their_update = two_calls.update(trainable(theirs), kl_coef=0.0)
+        ours, our_rollout, our_update, seconds = one_call.rollout_and_update(rows, step, kl_coef=0.0)
+        assert [s.response_ids for s in ours] == [s.response_ids for s in theirs]
+        assert [s.reward for s in ours] == [s.reward for s in theirs]
+        assert our_rollout["rollout/tokens"] == their_rollout["rollout/tokens"]
+        for key in ("actor/loss", "actor/grad_norm", "reward/mean"):
+            assert our_update[key] == their_update[key], key
+        assert seconds[keys.ROLLOUT_S] > 0 and seconds[keys.UPDATE_S] >= our_update[keys.LEARNER_UPDATE_S]
+        assert one_call.weight_version() == two_calls.weight_version() == step + 1
+    for p, q in zip(one_call.learner.model.parameters(), two_calls.learner.model.parameters()):
+        assert torch.equal(p, q)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from relay.config import ConfigError, load_config
 from relay.engines.base import SamplingParams
 from relay.envs.base import EnvRunner
 from relay.envs.contract import EnvConfig, EnvMaker, check_env_class, seed_rows
-from relay.envs.scoring import Scorer, neutralize_reward_errors
+from relay.envs.scoring import Scorer, neutralize_reward_errors, trainable
 from relay.envs.trajectory import check_reward_fn, reward_value
 from relay.failures import FailureWatch, RunFailed
 from relay.models.tokenizer import build_tiny_tokenizer
@@ -178,6 +178,9 @@ def test_failed_rewards_are_neutralized(capsys):
     assert "reward error on episode 1 (group 0)" in capsys.readouterr().out
     for s, r, e in zip(samples, rewards, errors):
         s.reward, s.reward_error = r, e
+    trained = trainable(samples)  # neutralized copies of the failed ones: the samples stay as scored, for the logs
+    assert trained[0] is samples[0] and trained[1] is not samples[1] and samples[1].loss_mask == [1, 1]
+    assert trained[1].reward == 0.5 and trained[1].loss_mask == [0, 0] and trained[3].reward == 3.0
     assert neutralize_reward_errors(samples) == 2
     assert samples[1].reward == 0.5 and samples[1].loss_mask == [0, 0]  # the group's valid mean, no gradient
     assert samples[3].reward == 3.0 and samples[0].loss_mask == [1, 1]
