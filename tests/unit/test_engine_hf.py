@@ -122,6 +122,15 @@ def test_sleep_wake_are_harmless(engine, prompts):
     assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
 
 
+def test_generate_settings_in_engine_kwargs_reach_generate(model_path, prompts):
+    """rollout.engine_kwargs go to generate untouched: its settings through the config relay builds."""
+    engine = HFEngine(model_path, "float32", min_new_tokens=5)  # generate's setting: no EOS before 5 tokens
+    sampling = SamplingParams(n=2, max_tokens=8, temperature=1.0, seed=3)
+    rows = [c for group in engine.generate(prompts, sampling) for c in group]
+    assert all(len(c.token_ids) >= 5 for c in rows)
+    assert min(len(c.token_ids) for group in HFEngine(model_path).generate(prompts, sampling) for c in group) < 5
+
+
 @pytest.mark.parametrize(
     "name,module,cls",
     [("vllm", "relay.engines.vllm", "VLLMEngine"), ("sglang", "relay.engines.sglang", "SGLangEngine")],
