@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,7 +160,7 @@ def relay_setting(model, data, prompts: int) -> list[str]:
     ]
 
 
-def run_relay(a, work: Path, steps_done: list[float], colocate: bool = False) -> Path:
+def run_relay(a, work: Path, on_step: Callable[[], None], colocate: bool = False) -> Path:
     import driver
     from relay.config import load_config
 
@@ -167,7 +168,7 @@ def run_relay(a, work: Path, steps_done: list[float], colocate: bool = False) ->
     run += ["training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=true"]
     run += ["logging.console=false", f"resources.colocate={str(colocate).lower()}"]
     cfg = load_config(None, relay_setting(a.model, a.data, a.prompts) + run)
-    driver.train(cfg, report=lambda step, metrics: steps_done.append(time.time()))
+    driver.train(cfg, report=lambda step, metrics: on_step())
     return work / "relay" / "final_model"
 
 
@@ -216,7 +217,7 @@ def trl_trainer(model: str, data: Path, output_dir: Path, seed: int, steps: int,
     )
 
 
-def run_trl(a, work: Path, steps_done: list[float]) -> Path:
+def run_trl(a, work: Path, on_step: Callable[[], None]) -> Path:
     import torch
     from transformers import TrainerCallback
 
@@ -224,7 +225,7 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
 
     class StepTimes(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            steps_done.append(time.time())
+            on_step()
             threads.append(torch.get_num_threads())  # nothing inside the trainer raised it
 
     threads: list[int] = []
@@ -238,11 +239,11 @@ def run_trl(a, work: Path, steps_done: list[float]) -> Path:
 def child(a) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     steps_done: list[float] = []
-    work = Path(a.work)
+    work, on_step = Path(a.work), lambda: steps_done.append(time.time())
     if a.child == "trl":
-        final = run_trl(a, work, steps_done)
+        final = run_trl(a, work, on_step)
     else:
-        final = run_relay(a, work, steps_done, colocate=a.child == "relay-colocate")
+        final = run_relay(a, work, on_step, colocate=a.child == "relay-colocate")
     json.dump({"steps_done": steps_done, "final_model": str(final)}, open(work / "result.json", "w"))
 
 
