@@ -4,9 +4,9 @@ verl's "hybrid engine", the Ray-native way: the actor holds a Learner and a Roll
 HF engine is built around the learner's own module (HFEngine.sharing). Per step that saves the
 weight copy into a second model, a second process holding that model and torch, and the round
 trips of the weight sync: the update tags the module's weights with their new version, and the
-driver's sync phase makes no call. The driver's calls stay as they are: `actors.rollout = [this]`
-and `actors.learner = this`, and each method below is the Learner's or the RolloutWorker's of the
-same name, so every phase (rollout, update, sync) is still timed and reported by the driver.
+driver's sync phase makes no call. `actors.rollout = [this]` and `actors.learner = this`, and each
+method below is the Learner's or the RolloutWorker's of the same name, so the driver calls them as
+it calls separate actors; `rollout_and_update` makes a plain sync step one call instead of two.
 
 Only where the phases never overlap: training.mode sync, rollout.engine hf, one rollout worker,
 one learner actor (relay/config/validate.py says so, naming the key, before any actor starts).
