@@ -163,10 +163,10 @@ def rollout_then_update(cfg: Config, actors, prompts: PromptIterator, step: int,
             handles.append(actors.reference)
         actors.faults.wait(list(inputs.values()), handles, "logprobs and values", long=True)
     with timer("update"):
-        trained = [h for h in (actors.learner, actors.critic) if h is not None]
+        updating = [h for h in (actors.learner, actors.critic) if h is not None]
         updates = get(
-            [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in trained],
-            trained,
+            [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in updating],
+            updating,
             "update",
             long=True,
         )
