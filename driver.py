@@ -17,7 +17,7 @@ import ray
 
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
-from actors.pools import actor_pools, connect
+from actors.pools import actor_pools, connect, one_call_steps
 from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
@@ -116,14 +116,6 @@ def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
     return kept[: want * cfg.rollout.n] or samples, metrics
 
 
-def one_call_steps(cfg: Config, actors) -> bool:
-    """resources.colocate with nothing to do between the rollout and the update: no reward model,
-    reference, critic or DAPO, and no environment pool (whose lost shard the driver redoes)."""
-    a = cfg.algorithm
-    between = actors.reward_model or actors.reference or actors.critic or actors.env
-    return actors.colocated and not (between or a.dynamic_sampling or a.overlong_buffer_len)
-
-
 def rollout_and_update(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, timer: PhaseTimer):
     """A sync step in one call to the colocated actor (one round trip instead of two; the samples
     cross once). The actor times the rollout and the update; the driver's timer takes its seconds."""
@@ -139,7 +131,6 @@ def rollout_and_update(cfg: Config, actors, prompts: PromptIterator, step: int, 
 def rollout_then_update(cfg: Config, actors, prompts: PromptIterator, step: int, kl_ctl, timer: PhaseTimer, producer):
     """The step's samples (rolled out now, or by the producer while earlier steps trained), what
     their advantages need, and the update: the samples, their metrics and the update's."""
-    get = actors.faults.get  # past its deadline, the run stops
     with timer("rollout"):  # the learner waits for its data here
         samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
     if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
@@ -164,12 +155,8 @@ def rollout_then_update(cfg: Config, actors, prompts: PromptIterator, step: int,
         actors.faults.wait(list(inputs.values()), handles, "logprobs and values", long=True)
     with timer("update"):
         updating = [h for h in (actors.learner, actors.critic) if h is not None]
-        updates = get(
-            [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in updating],
-            updating,
-            "update",
-            long=True,
-        )
+        calls = [h.update.remote(step_ref, kl_coef=kl_ctl.value, **inputs) for h in updating]
+        updates = actors.faults.get(calls, updating, "update", long=True)  # past its deadline, the run stops
         update_metrics = {k: v for m in updates for k, v in m.items()}  # with the batch's reward/mean, ...
     return samples, sample_metrics, update_metrics
 
@@ -189,12 +176,11 @@ def train_step(
     timer = PhaseTimer()
     kl_in_reward = driver_needs_old_logprobs(cfg.algorithm, has_reference=actors.reference is not None)
     with timer("step"):
-        if producer is None and one_call_steps(cfg, actors):
-            samples, sample_metrics, update_metrics = rollout_and_update(cfg, actors, prompts, step, kl_ctl, timer)
+        phases = (cfg, actors, prompts, step, kl_ctl, timer)
+        if producer is None and one_call_steps(cfg, actors):  # colocated, a plain step: one actor call
+            samples, sample_metrics, update_metrics = rollout_and_update(*phases)
         else:
-            samples, sample_metrics, update_metrics = rollout_then_update(
-                cfg, actors, prompts, step, kl_ctl, timer, producer
-            )
+            samples, sample_metrics, update_metrics = rollout_then_update(*phases, producer)
         with timer("sync"):
             if producer is None:
                 sync_weights(actors, version=step + 1)

@@ -104,6 +104,14 @@ def uses_env_pools(cfg: Config) -> bool:
     return bool(cfg.task.env) or cfg.task.reward_actor
 
 
+def one_call_steps(cfg: Config, actors: Actors) -> bool:
+    """resources.colocate with nothing to do between the rollout and the update: no reward model,
+    reference, critic or DAPO, and no environment pool (whose lost shard the driver redoes)."""
+    a = cfg.algorithm
+    between = actors.reward_model or actors.reference or actors.critic or actors.env
+    return actors.colocated and not (between or a.dynamic_sampling or a.overlong_buffer_len)
+
+
 def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     """The roles `cfg` makes actors for, in the order actor_pools creates them, each with its
     resources (`count` actors of it). The one place that says which roles a run has."""

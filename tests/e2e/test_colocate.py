@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import driver
-from actors.pools import Actors
+from actors.pools import Actors, one_call_steps
 from relay import metric_keys as keys
 from relay.config import load_config
 
@@ -75,6 +75,6 @@ def test_one_call_steps_only_where_nothing_runs_between_rollout_and_update(overr
     actors = Actors(rollout=[object()], env=[], learner=object(), reference=None, colocated=True)
     if role is not None:
         setattr(actors, role, [object()] if role == "env" else object())
-    assert driver.one_call_steps(cfg, actors) is one_call
+    assert one_call_steps(cfg, actors) is one_call
     actors.colocated = False
-    assert not driver.one_call_steps(cfg, actors)
+    assert not one_call_steps(cfg, actors)
