@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,8 @@ def paired_run(pythons: dict[str, str], layout: str, prompts: int, a, data: Path
             tail = (works[contender] / "log.txt").read_text().strip().splitlines()[-15:]
             raise RuntimeError(f"{contender} failed; {works[contender] / 'log.txt'}:\n" + "\n".join(tail))
         seconds[contender] = json.loads((works[contender] / "seconds.json").read_text())
+    for work in works.values():  # a failed run's folders stay, with their logs
+        shutil.rmtree(work, ignore_errors=True)
     return seconds
 
 
