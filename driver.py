@@ -22,20 +22,14 @@ from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
 from actors.supervision import actor_loss_stops
 from actors.weights import sleep_engines, sync_weights
-from relay import metric_keys as keys
-from relay.checkpoint_resume import resume_checkpoint
-from relay.command_line import run_command_line
+from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
-from relay.dapo import mixed_groups, punish_overlong
-from relay.data import PromptIterator
+from relay.envs.data import PromptIterator
 from relay.envs.scoring import trainable
 from relay.failures import FailureWatch, step_failures
-from relay.kl_control import driver_needs_old_logprobs, make_kl_controller
-from relay.loggers import make_loggers
-from relay.pipeline import pipeline_metrics
-from relay.progress import phase
-from relay.rng import capture_rng, restore_rng
-from relay.run import (
+from relay.run import metric_keys as keys
+from relay.run.command_line import run_command_line
+from relay.run.folder import (
     PhaseTimer,
     create_run_folder,
     eval_metrics,
@@ -46,8 +40,14 @@ from relay.run import (
     summarize,
     task_rows,
 )
-from relay.samples import SampleWriter
-from relay.stop import StopOnSignal
+from relay.run.loggers import make_loggers
+from relay.run.pipeline import pipeline_metrics
+from relay.run.progress import phase
+from relay.run.resume import resume_checkpoint
+from relay.run.samples import SampleWriter
+from relay.run.stop import StopOnSignal
+from relay.update.dapo import mixed_groups, punish_overlong
+from relay.update.kl_control import driver_needs_old_logprobs, make_kl_controller
 
 
 def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
@@ -135,9 +135,9 @@ def rollout_then_update(cfg: Config, actors, prompts: PromptIterator, step: int,
         samples, sample_metrics = collect(cfg, actors, prompts, step) if producer is None else producer.take()
     if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
         sleep_engines(actors)
-    # The samples go once to every actor that builds the step's Batch (relay/step_batch.py): the
+    # The samples go once to every actor that builds the step's Batch (relay/update/batch.py): the
     # learner finds the advantages inside `update`. Old logprobs come first only for a KL penalty
-    # in the reward (relay/old_logprobs.py); the critic needs them too.
+    # in the reward (relay/update/old_logprobs.py); the critic needs them too.
     kl_in_reward = driver_needs_old_logprobs(cfg.algorithm, has_reference=actors.reference is not None)
     trained = trainable(samples)  # no reward, no gradient: a NaN never reaches the advantages
     step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
@@ -275,7 +275,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (relay/command_line.py): the exit code, one line per user error."""
+    """The command line (relay/run/command_line.py): the exit code, one line per user error."""
     return run_command_line(lambda *a, **k: train(*a, **k), __doc__, sys.argv[1:] if argv is None else argv)
 
 

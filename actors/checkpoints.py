@@ -2,9 +2,9 @@
 actor or a rank group.
 
 One actor's weights and optimizer travel to the driver as safetensors bytes and go into the step's
-safetensors groups (relay/checkpoint.py). A rank group writes its own shards with
+safetensors groups (relay/checkpoint/atomic.py). A rank group writes its own shards with
 torch.distributed.checkpoint into `<step>/<role>/` inside the step's temporary folder, before the
-manifest that marks the checkpoint complete (relay/checkpoint_dcp.py): no rank's weights pass
+manifest that marks the checkpoint complete (relay/checkpoint/dcp.py): no rank's weights pass
 through the driver. On a cluster of several nodes that folder must be on a file system every rank
 and the driver share. Every call has the deadline resources.update_timeout_s (Supervisor.get).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.rank_group import RankGroup
-from relay.checkpoint import save_checkpoint
+from relay.checkpoint.atomic import save_checkpoint
 
 TRAINED_ROLES = ("learner", "critic")
 

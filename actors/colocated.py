@@ -25,8 +25,8 @@ from actors.weights import node_id
 from relay.config import Config
 from relay.engines.hf import HFEngine
 from relay.envs.scoring import trainable
-from relay.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.models.loading import load_tokenizer
+from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.types import Batch, Sample
 
 

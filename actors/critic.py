@@ -14,16 +14,16 @@ import torch
 from actors.rank_group import RankMember
 from actors.weights import node_id
 from relay.algos import value_loss
-from relay.checkpoint import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
-from relay.checkpoint_dcp import load_shards, save_shards
+from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
+from relay.checkpoint.dcp import load_shards, save_shards
 from relay.config import Config
-from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
-from relay.lr_schedule import make_lr_scheduler
 from relay.models.loading import DTYPES, actor_device, import_transformers
-from relay.policy import response_values
-from relay.step_batch import as_batch, prepare_batch
 from relay.types import Batch, Sample
-from relay.update_loop import run_update
+from relay.update.batch import as_batch, prepare_batch
+from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
+from relay.update.loop import run_update
+from relay.update.lr_schedule import make_lr_scheduler
+from relay.update.policy import response_values
 
 
 class Critic:
@@ -83,7 +83,7 @@ class Critic:
         return gather_rows(values, has_rows) if self.ranks.sharded else values
 
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
-        """From a step's samples: the learner's Batch and returns (relay/step_batch.py, the same
+        """From a step's samples: the learner's Batch and returns (relay/update/batch.py, the same
         inputs, the same numbers), then the critic's update. A prepared Batch is trained on as it is."""
         batch = step if isinstance(step, Batch) else prepare_batch(step, self.cfg.algorithm, **inputs)[0]
         if not batch.loss_mask.any():  # a batch of failures only: the learner skips it too
@@ -92,7 +92,7 @@ class Critic:
 
     def _update(self, batch: Batch) -> dict[str, float]:
         """Clipped value loss against the returns, with the learner's epochs, shuffled mini-batches
-        (the same order: same seed rule) and token-weighted micro-batches (relay/update_loop.py)."""
+        (the same order: same seed rule) and token-weighted micro-batches (relay/update/loop.py)."""
         start = time.perf_counter()
         metrics = run_update(
             self.model,

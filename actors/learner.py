@@ -15,18 +15,13 @@ from actors.rank_group import RankMember
 from actors.weight_ends import WeightSender
 from actors.weights import node_id
 from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
-from relay.checkpoint import (
-    capture_rng,
-    flatten_optimizer_state,
-    group_bytes,
-    restore_rng,
-    unflatten_optimizer_state,
-)
-from relay.checkpoint_dcp import load_shards, save_shards
+from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
+from relay.checkpoint.dcp import load_shards, save_shards
+from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
 from relay.config.resolved import tis_cap
-from relay.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, shard_model, share_rows
-from relay.lora import (
+from relay.models.loading import actor_device, load_model
+from relay.models.lora import (
     adapters_disabled,
     attach_adapters,
     engine_weights,
@@ -35,16 +30,23 @@ from relay.lora import (
     trainable_parameters,
     trainable_state_dict,
 )
-from relay.lr_schedule import make_lr_scheduler
-from relay.metric_keys import LEARNER_UPDATE_S
-from relay.models.loading import actor_device, load_model
-from relay.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
-from relay.policy import compute_logprobs, response_logprobs
-from relay.shared_weights import SharedWeightsHandle
-from relay.step_batch import as_batch, prepare_batch
+from relay.run.metric_keys import LEARNER_UPDATE_S
 from relay.types import Batch, Sample
-from relay.update_loop import run_update
-from relay.weight_transfer import BroadcastPlan, WeightPayload
+from relay.update.batch import as_batch, prepare_batch
+from relay.update.fsdp import (
+    checkpoint_activations,
+    gather_rows,
+    master_dtype,
+    save_hf_sharded,
+    shard_model,
+    share_rows,
+)
+from relay.update.loop import run_update
+from relay.update.lr_schedule import make_lr_scheduler
+from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
+from relay.update.policy import compute_logprobs, response_logprobs
+from relay.weights.shared_memory import SharedWeightsHandle
+from relay.weights.transfer import BroadcastPlan, WeightPayload
 
 
 def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, device) -> torch.Tensor | None:
@@ -96,7 +98,7 @@ class Learner:
         self.tis_cap = tis_cap(cfg)  # algorithm.tis_cap, its null resolved by training.mode
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
-        if cfg.model.lora.rank:  # relay/lora.py: only adapters train; the base doubles as the reference
+        if cfg.model.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
             self.model = attach_adapters(self.model, cfg.model.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
@@ -144,7 +146,7 @@ class Learner:
             return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
-        """One step's training from its samples: the Batch and its advantages (relay/step_batch.py,
+        """One step's training from its samples: the Batch and its advantages (relay/update/batch.py,
         `inputs`: the reference's logprobs, the critic's values, old logprobs, kl_coef), then the update.
         Returns the update's metrics and the batch's (reward/mean, ...). A Batch already prepared by
         the caller (tests, benchmarks) is trained on as it is."""
@@ -158,7 +160,7 @@ class Learner:
 
     def _update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
-        Without old logprobs from the driver, finds them itself (relay/old_logprobs.py)."""
+        Without old logprobs from the driver, finds them itself (relay/update/old_logprobs.py)."""
         start = time.perf_counter()
         batch = batch.to(self.device)
         if batch.old_logprobs is None and not on_policy(self.cfg.training):  # on-policy: _loss detaches its own
@@ -281,7 +283,7 @@ class Learner:
         self.updates = extra.get("updates", 0)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
-        from relay.checkpoint import save_hf_model
+        from relay.checkpoint.atomic import save_hf_model
         from relay.models.loading import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path) if self.ranks.rank == 0 else None

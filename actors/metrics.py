@@ -6,7 +6,7 @@ of a Tune sweep, share one cluster and one Grafana panel. Prometheus sees them w
 `ray_` prefix, e.g. `ray_relay_reward_mean{run="tiny-grpo"}`, about 10 s (Ray's report
 interval) after they are recorded.
 
-Keys read from the metrics dict (relay/metric_keys.py names them for the code that writes them
+Keys read from the metrics dict (relay/run/metric_keys.py names them for the code that writes them
 and for this module; absent keys are skipped, so a run without tools records nothing for them):
 
     reward/mean, reward/std, kl/mean, actor/pg_loss  gauges (kl/mean: runs with a reference policy)
@@ -29,7 +29,7 @@ import math
 import ray
 from ray.util.metrics import Counter, Gauge, Histogram
 
-from relay import metric_keys as keys
+from relay.run import metric_keys as keys
 
 PREFIX = "relay_"
 # Seconds: from a tiny CPU step (~0.1 s) to a large GPU step or a slow weight sync (minutes).

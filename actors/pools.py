@@ -21,7 +21,7 @@ from actors.weights import WEIGHT_LANE, broadcast_backend, open_broadcast, open_
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.validate_pipeline import is_sharded
 from relay.models.check import reward_model_path
-from relay.progress import phase
+from relay.run.progress import phase
 
 NAMESPACE = "relay"
 
@@ -217,7 +217,7 @@ def create_group(
 
 def create_role(cls, role: str, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list):
     """The learner, reference or critic: one actor, or a RankGroup of `res.count` ranks (one
-    PACKed placement group: one node when it fits) when the role is sharded (relay/fsdp.py).
+    PACKed placement group: one node when it fits) when the role is sharded (relay/update/fsdp.py).
     The group is formed by `RankGroup.join` once every rank's constructor is done."""
     ranks = create_group(cls, role, res, run_name, lambda i: (cfg, model_path, threads(res)), groups)
     return RankGroup(ranks) if is_sharded(cfg.training, res.count) else ranks[0]

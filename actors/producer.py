@@ -1,5 +1,5 @@
 """The rollout side of training.mode one_step_off and async: calls kept in flight on the rollout
-workers, their finished groups scored and moved into a bounded buffer (relay/pipeline.py).
+workers, their finished groups scored and moved into a bounded buffer (relay/run/pipeline.py).
 
 A worker is a serial actor: the weights the driver sends after an update queue behind the calls
 already given to it and reach it between two calls, so every call runs on one weight version and
@@ -28,12 +28,12 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, wait_restarted
 from actors.weights import start_weight_sync
-from relay import metric_keys as keys
 from relay.config import Config
-from relay.data import PromptIterator
+from relay.envs.data import PromptIterator
 from relay.failures import ActorLost
-from relay.pipeline import Group, GroupBuffer
-from relay.run import merge_rollout_metrics
+from relay.run import metric_keys as keys
+from relay.run.folder import merge_rollout_metrics
+from relay.run.pipeline import Group, GroupBuffer
 from relay.types import Sample
 
 # Every call the buffer has room for is started at once, spread over the workers, and queues on its

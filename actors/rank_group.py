@@ -1,5 +1,5 @@
 """A role with several ranks (learner, reference, critic): N actors in one placement group that
-form a torch.distributed group with FSDP2 inside (relay/fsdp.py), and the one handle the driver
+form a torch.distributed group with FSDP2 inside (relay/update/fsdp.py), and the one handle the driver
 holds for them.
 
 The handle has the methods the role's single actor has, each with `.remote(...)` returning one
@@ -24,14 +24,14 @@ class RankMember:
         self.sharded = False  # joined a rank group: the actor's model is FSDP-sharded
 
     def listen(self, one_node: bool) -> tuple[str, int]:
-        from relay.weight_transfer import listen
+        from relay.weights.transfer import listen
 
         host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
         self.socket = listen(host)
         return host, self.socket.getsockname()[1]
 
     def join(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        from relay.fsdp import init_rank_group
+        from relay.update.fsdp import init_rank_group
 
         local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
         init_rank_group(host, port, rank, world_size, backend, local_host, listen_socket=self.socket)

@@ -17,7 +17,7 @@ from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
-from relay.reward_model import RunningMeanStd, combine, score_metrics
+from relay.rewards.reward_model import RunningMeanStd, combine, score_metrics
 from relay.types import Sample
 
 
@@ -28,7 +28,7 @@ class RewardModel:
         import torch  # here: the driver imports this module (RewardModelPool) and never loads torch
 
         torch.set_num_threads(num_threads)
-        from relay.reward_model_scorers import make_scorer
+        from relay.rewards.scorers import make_scorer
 
         self.index, self.calls, self.errors = index, 0, 0
         self.scorer = make_scorer(cfg, model_path)

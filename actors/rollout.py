@@ -1,4 +1,4 @@
-"""RolloutWorker: one Engine and the agent loop (relay/agent.py); returns Samples with exact token ids.
+"""RolloutWorker: one Engine and the agent loop (relay/agent/loop.py); returns Samples with exact token ids.
 
 Single-turn tasks: the agent loop with no parser and no environment, one batched generate of
 rollout.max_new_tokens. With tools.enabled or task.env: multi-turn episodes, whose tool calls run
@@ -23,19 +23,21 @@ import torch
 from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
 from actors.weight_ends import WeightReceiver
 from actors.weights import node_id
-from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
-from relay.chat import ChatFormat
+from relay.agent.loop import AgentLimits, AgentLoop
+from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
-from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
+from relay.envs.chat import ChatFormat
+from relay.envs.data import row_messages
 from relay.envs.scoring import Scorer
-from relay.shared_weights import SharedWeightsHandle
-from relay.staged_weights import StagedWeights
-from relay.tools.parsers import ToolCall, get_parser
+from relay.tools.calls import ToolCall
+from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
-from relay.weight_transfer import BroadcastPlan, WeightPayload
+from relay.weights.shared_memory import SharedWeightsHandle
+from relay.weights.staged import StagedWeights
+from relay.weights.transfer import BroadcastPlan, WeightPayload
 
 # rollout.partial: how long a call waits for the weights it was made on, sent just before it on the
 # other lane. A replacement worker that was never sent weights does not wait (the producer redoes

@@ -11,7 +11,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from relay.config import SandboxConfig, ToolServerConfig
-from relay.tools.parsers import ToolCall
+from relay.tools.calls import ToolCall
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
 from relay.tools.sandbox import make_runner
 from relay.tools.server import ToolServer

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import ray
 import torch
 
-from relay.shared_weights import SharedWeights, SharedWeightsHandle
-from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
+from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
+from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
 
 class WeightSender:
@@ -19,7 +19,7 @@ class WeightSender:
     weights through `state_dict` at every send, so it always sends the current ones.
 
     A sharded learner's ranks 1.. are `peer`s: they take part in gathering each full tensor
-    (relay.weight_transfer.gather_as_peer) and send nothing."""
+    (relay.weights.transfer.gather_as_peer) and send nothing."""
 
     def __init__(self, state_dict: Callable[[], dict[str, torch.Tensor]], peer: bool = False):
         self.state_dict, self.peer = state_dict, peer

@@ -1,12 +1,12 @@
 """Weight sync learner -> rollout workers, chosen by placement (`resources.weight_sync`).
 
-object_store  Workers on the learner's node map two shared-memory buffers once (relay.shared_weights);
+object_store  Workers on the learner's node map two shared-memory buffers once (relay.weights.shared_memory);
               at each sync the learner writes its weights there and they copy them out: no
               pickling, no object-store put. Workers on other nodes (or every worker, when
               /dev/shm lacks the room) get the state dict through Ray's object store, put once
-              (relay.weight_transfer.WeightPayload). Works everywhere: CPU, shared GPUs, any mix
+              (relay.weights.transfer.WeightPayload). Works everywhere: CPU, shared GPUs, any mix
               of nodes. The default unless both roles hold whole GPUs.
-broadcast     One collective group (relay.weight_transfer.WeightGroup): the learner is rank 0,
+broadcast     One collective group (relay.weights.transfer.WeightGroup): the learner is rank 0,
               rollout worker i is rank i + 1. NCCL when both roles hold whole GPUs (separate GPU
               pools, GPU to GPU), gloo otherwise (CPU: the same code path, tested in CI). Each
               worker hands the received tensors to its engine's in-place load (HF copy, vLLM
@@ -64,8 +64,10 @@ def broadcast_backend(resources) -> str:
 def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
     """Form the group: the learner binds its address and a free port, then every member joins at
     once. The run's secret, drawn here, reaches the members as call arguments (through Ray, not
-    the store): only they can write the store's entries (relay.signed_store)."""
-    from relay.signed_store import SECRET_BYTES  # torch.distributed: loaded by the plan's tensors' dtypes anyway
+    the store): only they can write the store's entries (relay.weights.signed_store)."""
+    from relay.weights.signed_store import (
+        SECRET_BYTES,  # torch.distributed: loaded by the plan's tensors' dtypes anyway
+    )
 
     nodes = ray.get([learner.node_id.remote(), *[w.node_id.remote() for w in workers]])
     host, port, plan = ray.get(learner.listen_for_weight_group.remote(one_node=len(set(nodes)) == 1))
@@ -133,7 +135,7 @@ def start_weight_sync(actors, version: int) -> tuple[list, list]:
     load in worker order (a caller tells a worker that died under its load from a learner that
     failed). A worker busy with rollout calls loads the weights after them (calls run in order);
     with rollout.partial the call runs at once on the worker's weight lane and stages them for
-    its rollout's next pause (relay/staged_weights.py)."""
+    its rollout's next pause (relay/weights/staged.py)."""
     learner, workers = actors.learner, actors.rollout
     if actors.weight_broadcast:
         return [learner.broadcast_weights.remote()], [w.receive_weights.remote(version) for w in workers]

@@ -2,7 +2,7 @@
 task (2-digit addition) and on a multi-turn task whose episodes vary in length (textgame, 1-4
 turns; there also async_cb: async with continuous batching, rollout.max_live_episodes): samples/s and tokens/s of training, the learner's and the rollout workers' idle shares,
 staleness, and held-out accuracy (textgame: mean return) after the same number of samples.
-Prints a table and writes each run's curves (relay.plot) and one plot of reward against samples
+Prints a table and writes each run's curves (relay.run.plot) and one plot of reward against samples
 consumed per task. Numbers, never assertions.
 
     python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR] [--partial]
@@ -28,7 +28,7 @@ import ray  # noqa: E402
 
 import driver  # noqa: E402
 from relay.config import load_config  # noqa: E402
-from relay.plot import plot_run  # noqa: E402
+from relay.run.plot import plot_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = {

@@ -35,9 +35,9 @@ def main() -> None:
     from actors.colocated import ColocatedWorker
     from actors.pools import loopback_node
     from relay.config import load_config
-    from relay.data import PromptIterator
+    from relay.envs.data import PromptIterator
     from relay.envs.scoring import trainable
-    from relay.run import resolve_model_path, task_rows
+    from relay.run.folder import resolve_model_path, task_rows
 
     setting = [f"training.prompts_per_step={a.prompts}", "rollout.max_new_tokens=8"]
     if a.peer_trl:

@@ -30,8 +30,8 @@ def main() -> None:
     from actors.rollout import RolloutWorker
     from relay.algos import compute_advantages
     from relay.config import load_config
-    from relay.data import PromptIterator
-    from relay.run import resolve_model_path, task_rows
+    from relay.envs.data import PromptIterator
+    from relay.run.folder import resolve_model_path, task_rows
     from relay.types import Batch
 
     torch.set_num_threads(1)

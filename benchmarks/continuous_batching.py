@@ -22,12 +22,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from relay.agent import AgentLimits, AgentLoop  # noqa: E402
+from relay.agent.loop import AgentLimits, AgentLoop  # noqa: E402
 from relay.config import load_config, resolve_dotted  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.envs.base import EnvRunner  # noqa: E402
 from relay.envs.contract import EnvMaker  # noqa: E402
-from relay.run import resolve_model_path, task_rows  # noqa: E402
+from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
 
 
 class CountingEngine:

@@ -1,8 +1,8 @@
 """The sharded learner's update on CPU: seconds per step and memory per rank, 1 vs N ranks.
 
 A Qwen2 model of a real shape (default: Qwen2.5-0.5B's) built locally from a config with random
-weights, in fp32 or bf16, sharded with FSDP2 over gloo (relay/fsdp.py) and trained by relay's own
-update loop (relay/update_loop.py: each rank takes its share of the batch) with AdamW. Each rank is
+weights, in fp32 or bf16, sharded with FSDP2 over gloo (relay/update/fsdp.py) and trained by relay's own
+update loop (relay/update/loop.py: each rank takes its share of the batch) with AdamW. Each rank is
 a process started here (torch.multiprocessing), as a rank actor would be, without Ray. Prints a
 table; numbers, never assertions.
 
@@ -56,10 +56,10 @@ def _rank(rank: int, world: int, port: int, args: dict, out: str) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from relay.config import TrainingConfig
-    from relay.fsdp import init_rank_group, shard_model
-    from relay.policy import response_logprobs
     from relay.types import Batch, Sample
-    from relay.update_loop import run_update
+    from relay.update.fsdp import init_rank_group, shard_model
+    from relay.update.loop import run_update
+    from relay.update.policy import response_logprobs
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(0)

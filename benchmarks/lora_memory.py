@@ -67,7 +67,7 @@ def _bytes(tensors) -> int:
 def _mode(_index: int, rank: int, model_dir: str, args: dict, out: str) -> None:
     from actors.learner import Learner
     from relay.config import load_config
-    from relay.lora import trainable_fraction
+    from relay.models.lora import trainable_fraction
     from relay.types import Batch, Sample
 
     overrides = [f"model.lora.rank={rank}", "training.lr=1e-4", f"training.micro_batch_size={args['rows']}"]

@@ -132,7 +132,7 @@ def held_out_accuracy(model_dir: Path, rows: list[dict]) -> float:
 def write_data(sizes: list[int], steps: int, rounds: int) -> Path:
     """The rows as files both contenders read, and for each seed and size the prompt order relay's
     PromptIterator draws (TRL reads it as written). Returns the folder."""
-    from relay.data import PromptIterator
+    from relay.envs.data import PromptIterator
 
     train_rows, held_out = addition_rows()
     data = CACHE / "data"

@@ -45,7 +45,7 @@ def interleaved(prompts: int, steps: int, model: Path, data: Path) -> dict[str, 
 
     from actors.colocated import ColocatedWorker
     from relay.config import load_config
-    from relay.data import PromptIterator
+    from relay.envs.data import PromptIterator
 
     torch.set_num_threads(1)
     cfg = load_config(None, [*relay_setting(model, data, prompts), "resources.colocate=true"])

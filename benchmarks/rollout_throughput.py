@@ -99,7 +99,7 @@ def make_cfg(engine: str, model_path: str, dtype: str, a, cuda: bool):
 def weights_of(model_path: str, dtype: str):
     """The WeightPayload the Learner puts in the object store."""
     from relay.models.loading import load_model
-    from relay.weight_transfer import WeightPayload
+    from relay.weights.transfer import WeightPayload
 
     return WeightPayload.of(load_model(model_path, dtype).state_dict())
 

@@ -10,7 +10,7 @@ _EXPORTS = {
     "BaseEnvironment": "relay.envs.contract",
     "EnvConfig": "relay.envs.contract",
     "Trajectory": "relay.envs.trajectory",
-    "episode_metrics": "relay.agent",
+    "episode_metrics": "relay.agent.metrics",
 }
 
 

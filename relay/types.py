@@ -28,7 +28,7 @@ class FinishReason(enum.StrEnum):
 @dataclass
 class Sample:
     """One episode: single-turn, with tools or with an environment, made by the agent loop
-    (relay/agent.py), so every path fills the same fields with the same meaning."""
+    (relay/agent/loop.py), so every path fills the same fields with the same meaning."""
 
     prompt_ids: list[int]
     # Everything after the prompt: model tokens and (multi-turn) observation tokens, exactly as

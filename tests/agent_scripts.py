@@ -4,9 +4,9 @@ environment that can crash."""
 
 from __future__ import annotations
 
-from relay.agent import AgentLimits, AgentLoop
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.engines.base import Completion
-from relay.tools.parsers import ToolCall
+from relay.tools.calls import ToolCall
 from relay.tools.registry import ToolResult
 
 EOS = "<|im_end|>"

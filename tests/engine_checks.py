@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from relay.policy import response_logprobs
 from relay.types import Batch, Sample
+from relay.update.policy import response_logprobs
 
 
 def logprob_diff(model, prompts, groups, temperature: float, pad_id: int) -> tuple[float, float]:

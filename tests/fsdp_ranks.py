@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from relay.config import load_config
 from relay.types import Batch, Sample
-from relay.weight_transfer import full
+from relay.weights.transfer import full
 
 STEPS = 3
 SAVE_AFTER = 2

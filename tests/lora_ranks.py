@@ -11,8 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from relay.config import load_config
-from relay.lora import engine_state_dict
-from relay.weight_transfer import full
+from relay.models.lora import engine_state_dict
+from relay.weights.transfer import full
 from tests.fsdp_ranks import SAVE_AFTER, STEPS, free_port, step_batch
 from tests.fsdp_ranks import train as train_role
 

@@ -2,21 +2,12 @@
 
 from relay.algos.advantages import (
     ESTIMATORS,
-    TOKEN_LEVEL_ESTIMATORS,
     compute_advantages,
     mixed_group_mask,
     overlong_penalty,
 )
-from relay.algos.kl import (
-    KL_ESTIMATORS,
-    AdaptiveKLController,
-    FixedKLController,
-    KLController,
-    kl_penalty,
-    make_kl_controller,
-)
+from relay.algos.kl import KL_ESTIMATORS, kl_penalty
 from relay.algos.losses import (
-    AGG_MODES,
     POLICY_LOSSES,
     aggregate,
     entropy_from_logits,
@@ -24,6 +15,7 @@ from relay.algos.losses import (
     truncated_is_weights,
     value_loss,
 )
+from relay.algos.names import AGG_MODES, TOKEN_LEVEL_ESTIMATORS
 from relay.algos.utils import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
@@ -33,11 +25,7 @@ __all__ = [
     "mixed_group_mask",
     "overlong_penalty",
     "KL_ESTIMATORS",
-    "KLController",
-    "FixedKLController",
-    "AdaptiveKLController",
     "kl_penalty",
-    "make_kl_controller",
     "AGG_MODES",
     "POLICY_LOSSES",
     "aggregate",

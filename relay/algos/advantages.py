@@ -26,7 +26,6 @@ from typing import Protocol
 
 import torch
 
-from relay.algo_names import TOKEN_LEVEL_ESTIMATORS as TOKEN_LEVEL_ESTIMATORS  # public here as before
 from relay.algos.utils import masked_whiten
 
 

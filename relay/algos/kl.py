@@ -1,4 +1,4 @@
-"""KL(pi || ref) per-token estimators (the coefficient controllers: relay/kl_control.py).
+"""KL(pi || ref) per-token estimators (the coefficient controllers: relay/update/kl_control.py).
 
 Estimators follow Schulman, "Approximating KL Divergence" (2020), for tokens sampled from pi:
   k1 = log pi - log ref                      unbiased, high variance, can be negative
@@ -18,13 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
-from relay.kl_control import (  # noqa: F401  (here as before)
-    AdaptiveKLController,
-    FixedKLController,
-    KLController,
-    make_kl_controller,
-)
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from relay.algo_names import AGG_MODES as AGG_MODES  # public here as before
+from relay.algos.names import AGG_MODES
 from relay.algos.utils import masked_mean, masked_sum
 
 # exp(20) ~ 5e8: large enough never to bind for a sane policy, small enough to stay finite.

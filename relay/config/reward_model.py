@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 # Fields a judge template may name: the prompt (its last user message), the response, the row's answer.
 JUDGE_FIELDS = ("prompt", "response", "ground_truth")
-# Built-in verdict parsers (relay/reward_model.py VERDICT_PARSERS); anything else is a dotted path.
+# Built-in verdict parsers (relay/rewards/reward_model.py VERDICT_PARSERS); anything else is a dotted path.
 VERDICT_PARSERS = ("number", "yes_no")
 
 
@@ -38,7 +38,7 @@ class JudgeConfig:
 @dataclass(frozen=True)
 class RewardModelConfig:
     # None: no reward model. A local HF folder, a hub name, or `tiny-rm` (the classifier for the
-    # built-in arithmetic task shipped in relay/models/shipped/, built by relay.models.build_rm).
+    # built-in arithmetic task shipped in relay/models/shipped/, built by relay.rewards.build_rm).
     path: str | None = None
     kind: Literal["classifier", "judge"] = "classifier"
     weight: float = 1.0  # reward = rule_weight * rule reward + weight * rm_score

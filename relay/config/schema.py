@@ -41,7 +41,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """LoRA adapters on the policy through peft (relay/lora.py): only the adapters train and hold
+    """LoRA adapters on the policy through peft (relay/models/lora.py): only the adapters train and hold
     optimizer state; the reference policy is the base with the adapters switched off."""
 
     rank: int = 0  # 0: off (full fine-tuning); else the adapters' rank r
@@ -113,11 +113,11 @@ class RolloutConfig:
     max_new_tokens: int = 8
     stop: tuple[str, ...] = ()
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the engine untouched
-    # Multi-turn (tools.enabled or task.env): the agent loop's limits (relay/agent.py).
+    # Multi-turn (tools.enabled or task.env): the agent loop's limits (relay/agent/loop.py).
     max_turns: int = 4  # model turns per episode
     max_tokens_per_turn: int | None = None  # None: max_new_tokens
     max_total_tokens: int = 512  # response tokens per episode, model and observation tokens together
-    # Continuous batching (relay/agent.py AgentLoop.stream): at most this many episodes in one
+    # Continuous batching (relay/agent/loop.py AgentLoop.stream): at most this many episodes in one
     # generate call; as a group's episodes end, the call's next prompts start in their place.
     # 0: every episode of a rollout call at once (one batch, waiting for its slowest episode).
     max_live_episodes: int = 0
@@ -169,7 +169,7 @@ class SandboxConfig:
 
 @dataclass(frozen=True)
 class ToolsConfig:
-    """Tool calls in the agent loop (relay/agent.py): parser, sandbox, executors or tool server.
+    """Tool calls in the agent loop (relay/agent/loop.py): parser, sandbox, executors or tool server.
     With server_url, relay.tools.client reads the client settings (max_retries ... request_interval,
     the seeds' tool_config knobs) from here too."""
 
@@ -267,7 +267,7 @@ class TrainingConfig:
     mini_batches: int = 1  # optimizer steps per epoch; the rollout batch is split into this many
     micro_batch_size: int = 64  # samples per forward/backward (gradient accumulation inside)
     eval_every: int = 0  # steps between held-out evaluations; 0: only before and after
-    # Learning rate over optimizer steps (relay/lr_schedule.py): linear warm-up over warmup_steps,
+    # Learning rate over optimizer steps (relay/update/lr_schedule.py): linear warm-up over warmup_steps,
     # then constant, or linear / cosine decay to lr * min_lr_ratio at the last optimizer step.
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = 0  # optimizer steps (steps x ppo_epochs x mini_batches in all)
@@ -275,7 +275,7 @@ class TrainingConfig:
     # > 0: micro-batches hold about this many real tokens each (rows grouped by length, padding
     # columns trimmed) instead of micro_batch_size rows; the update is the same up to float error.
     max_tokens_per_micro_batch: int = 0
-    # Sharded learner / reference / critic (FSDP2, relay/fsdp.py). Any of these, or a role's
+    # Sharded learner / reference / critic (FSDP2, relay/update/fsdp.py). Any of these, or a role's
     # resources.*.count > 1, makes that role a rank group.
     mixed_precision: Literal["none", "bf16"] = "none"  # bf16: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
@@ -284,7 +284,7 @@ class TrainingConfig:
     # Stop (relay/failures.py) after this many steps in a row that were all failures: every episode an
     # environment error, every reward an error, or every optimizer step skipped (non-finite). 0: never.
     stop_after_failed_steps: int = 3
-    # Rollout/training overlap (relay/pipeline.py). sync: roll out, then train. one_step_off: step k+1's
+    # Rollout/training overlap (relay/run/pipeline.py). sync: roll out, then train. one_step_off: step k+1's
     # rollout runs while step k trains (samples one version stale). async: rollout calls of
     # groups_per_call prompts stay in flight and fill a bounded buffer; each step takes prompts_per_step
     # groups no older than max_staleness versions; older ones are dropped (stale_groups=drop) or their
@@ -347,7 +347,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    """Metric loggers (relay/loggers.py). TensorBoard, W&B and MLflow need `relay[loggers]`."""
+    """Metric loggers (relay/run/loggers.py). TensorBoard, W&B and MLflow need `relay[loggers]`."""
 
     console: bool = True
     jsonl: bool = True
@@ -357,7 +357,7 @@ class LoggingConfig:
     # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
     wandb_mode: str = "offline"  # one of WANDB_MODES
     mlflow: bool = False
-    # None: a SQLite store in run_dir (see relay.loggers.MLflowLogger for why not a file store).
+    # None: a SQLite store in run_dir (see relay.run.loggers.MLflowLogger for why not a file store).
     mlflow_tracking_uri: str | None = None
     mlflow_experiment: str = "relay"
     # The console prints the first step, every this many steps, and the last (on a terminal a
@@ -365,7 +365,7 @@ class LoggingConfig:
     console_every: int = 10
     # Full episodes as readable text in run_dir/samples/step_XXXXXX.txt (the prompt, each model turn
     # with its tool calls, observations, rewards, finish reason) at the first step, every this many
-    # steps and the last; 0: none. `python -m relay.show runs/<name>` prints the latest.
+    # steps and the last; 0: none. `python -m relay.run.show runs/<name>` prints the latest.
     samples_every: int = 10
     samples_per_write: int = 4  # episodes per file
 

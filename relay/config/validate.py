@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
-from relay.algo_names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
+from relay.algos.names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.schema import (
     LOGGERS_EXTRA,
@@ -25,6 +25,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.user_code import check_env_class, check_reward_fn
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 
@@ -198,7 +199,7 @@ VLLM_MAX_LORA_RANK = 512  # the largest of vLLM's max_lora_rank choices
 
 
 def validate_lora(cfg: Config) -> list[str]:
-    """model.lora.* values (their target modules are checked against the model by relay.lora,
+    """model.lora.* values (their target modules are checked against the model by relay.models.lora,
     when the driver resolves model.path) and checkpoint.save_merged."""
     lora, p = cfg.model.lora, []
     if lora.rank < 0:
@@ -250,9 +251,6 @@ def validate_sharding(cfg: Config) -> list[str]:
 
 def validate_user_code(task: TaskConfig) -> list[str]:
     """task.env and task.reward_fn: they load, and their signatures fit how they will be called."""
-    from relay.envs.contract import check_env_class
-    from relay.envs.trajectory import check_reward_fn
-
     p = []
     for key, dotted, check in (("env", task.env, check_env_class), ("reward_fn", task.reward_fn_path, check_reward_fn)):
         if dotted is None:

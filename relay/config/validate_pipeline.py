@@ -95,5 +95,5 @@ def validate_colocate(cfg: Config) -> list[str]:
 
 def is_sharded(training: TrainingConfig, count: int) -> bool:
     """Whether a role (learner, reference, critic) of `count` actors runs as an FSDP rank group
-    (relay/fsdp.py; here, without torch: validation and the driver never import it)."""
+    (relay/update/fsdp.py; here, without torch: validation and the driver never import it)."""
     return count > 1 or training.mixed_precision != "none" or training.cpu_offload

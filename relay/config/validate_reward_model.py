@@ -10,6 +10,7 @@ import string
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.reward_model import JUDGE_FIELDS, VERDICT_PARSERS, JudgeConfig
 from relay.config.schema import Config
+from relay.config.user_code import wants_rm_score
 
 
 def validate_reward_model(cfg: Config) -> list[str]:
@@ -85,7 +86,5 @@ def takes_rm_score(cfg: Config) -> bool:
     """Whether the task's reward function combines the reward model's score itself (an `rm_score` parameter)."""
     if cfg.reward_model.path is None:
         return False
-    from relay.envs.trajectory import wants_rm_score
-
     dotted = cfg.task.reward_fn_path
     return check_dotted(dotted) is None and wants_rm_score(resolve_dotted(dotted))

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
-
 # New weights for Engine.update_weights: HF parameter name -> tensor (or numpy array), either as a
 # mapping or as a one-pass stream of (name, tensor) pairs. A stream (the broadcast receiver's,
-# relay.weight_transfer.ReceivedWeights) holds one bucket at a time: engines copy each tensor
+# relay.weights.transfer.ReceivedWeights) holds one bucket at a time: engines copy each tensor
 # before asking for the next, so a worker never needs a second full copy of the model.
 Weights = Mapping[str, Any] | Iterable[tuple[str, Any]]
 
-
-def as_tensor(value) -> torch.Tensor:
-    """A tensor view of a tensor or numpy array. Arrays from Ray's object store are read-only;
-    engines only read them (to copy them in), so torch's not-writable warning is noise here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(value)
 
 
 def named_items(weights: Weights) -> Iterator[tuple[str, Any]]:

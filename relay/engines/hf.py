@@ -15,8 +15,9 @@ from functools import lru_cache
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, named_items
 from relay.models.loading import actor_device, load_model, load_tokenizer
+from relay.weights.transfer import as_tensor
 
 GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
 

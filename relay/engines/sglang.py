@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, named_items
 from relay.models.loading import load_tokenizer
+from relay.weights.transfer import as_tensor
 
 INSTALL_HINT = "pip install 'relay[sglang]' (needs a CUDA GPU)"
 BUCKET_BYTES = 512 << 20  # weights staged on the GPU per update call

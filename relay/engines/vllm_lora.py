@@ -1,6 +1,6 @@
 """vLLM serving the learner's LoRA adapters on its base weights (model.lora.sync: adapter).
 
-A sync then carries the adapters alone (relay.lora.adapter_state_dict: a few MB instead of the
+A sync then carries the adapters alone (relay.models.lora.adapter_state_dict: a few MB instead of the
 whole model). The engine writes them as a peft adapter folder and registers it with vLLM's LoRA
 support under a new id; every later generate call names that adapter. vLLM computes
 base + scaling * B @ A itself, so its logprobs stay the learner's (the adapted model's).
@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from relay.config.schema import LoraConfig
-from relay.engines.base import Weights, as_tensor, named_items
+from relay.engines.base import Weights, named_items
+from relay.weights.transfer import as_tensor
 
 # The values vLLM accepts for max_lora_rank: it sizes the adapter buffers by it.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

@@ -8,7 +8,7 @@
 
 Named in config by dotted path (`task.env: my_pkg.envs:MyEnv`), built as relay/envs/contract.py
 describes (`MyEnv(config)` with `task.env_config`, or `MyEnv()`), one instance per episode in
-flight (EnvRunner pools and reuses them). The agent loop (relay/agent.py) gives every model turn
+flight (EnvRunner pools and reuses them). The agent loop (relay/agent/loop.py) gives every model turn
 that is not a tool call to `step` as the action; the observation comes back to the model as a
 user turn. The model sees: the system prompt get_prompt_prefix() returns (task.system_prompt
 when that is empty), then reset()'s observation as the user's message.
@@ -21,7 +21,7 @@ step: EnvRunner keeps a finished episode's instance until `finished(episode_id)`
 
 Optional class-level hooks, used by the built-in tasks:
     make_rows(n, seed) -> list[dict]                   task rows when no task.train_file is given
-    warm_start_episodes(n, seed) -> list[ScriptedEpisode]  (relay.chat) example episodes for the
+    warm_start_episodes(n, seed) -> list[ScriptedEpisode]  (relay.envs.chat) example episodes for the
                                                         tiny model's warm start
 
 Outside-world failures are data: an environment that raises in reset or step ends its episode

@@ -76,29 +76,6 @@ def _params(fn: Callable) -> tuple[list[str], bool]:
     return names, any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
 
 
-def check_env_class(cls: Any) -> str | None:
-    """Why `cls` cannot be an environment, or None. Checked before any actor starts."""
-    if not callable(cls):
-        return f"{cls!r} is not a class"
-    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
-    if missing:
-        return f"{getattr(cls, '__name__', cls)} has no {' or '.join(m + '()' for m in missing)} method"
-    try:
-        sig = inspect.signature(cls)
-    except (TypeError, ValueError):
-        return None
-    required = [
-        p.name
-        for p in sig.parameters.values()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-    if len(required) > 1 or (required and required[0] == "seed"):
-        return (
-            f"{cls.__name__}({', '.join(required)}): the constructor may require at most one argument (the env config)"
-        )
-    return None
-
-
 def row_seed(row: Mapping[str, Any]) -> int:
     """A row's episode seed: its own `seed` key (rows made without a rows file), else a hash of the row."""
     if isinstance(row.get("seed"), int):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from relay.chat import ScriptedEpisode, ScriptedTurn
 from relay.envs.arithmetic import parse_answer
+from relay.envs.chat import ScriptedEpisode, ScriptedTurn
 
 PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."
 

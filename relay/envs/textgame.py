@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from relay.chat import ScriptedEpisode, ScriptedTurn
+from relay.envs.chat import ScriptedEpisode, ScriptedTurn
 
 # Small name sets: the tiny model must read the room to act, but copying a name is not what
 # limits it; which item to take and when to attack is what RL has to learn.

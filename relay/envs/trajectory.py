@@ -16,19 +16,16 @@ counted, shown with its value, and never trained on (relay/envs/scoring.py).
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.config.user_code import RM_SCORE_PARAM, positional_params, wants_rm_score
 from relay.types import Sample
 
 SAMPLE_PARAM_NAMES = ("sample", "s")
-# A reward function with a parameter of this name combines the reward model's score itself
-# (reward_model.*): it is passed by keyword, None where no reward model scored the sample.
-RM_SCORE_PARAM = "rm_score"
 
 
 @dataclass
@@ -96,46 +93,11 @@ class Trajectory:
         }
 
 
-def _positional(fn: Callable) -> tuple[list[str], int, bool]:
-    """Positional parameter names, how many are required, and whether *args is there."""
-    sig = inspect.signature(fn)
-    params = [
-        p
-        for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != RM_SCORE_PARAM
-    ]
-    required = sum(p.default is p.empty for p in params)
-    return [p.name for p in params], required, any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
-
-
-def check_reward_fn(fn: Any) -> str | None:
-    """Why `fn` cannot be a reward function, or None."""
-    if not callable(fn):
-        return f"{fn!r} is not callable"
-    try:
-        names, required, varargs = _positional(fn)
-    except (TypeError, ValueError):
-        return None  # a builtin or C function: it will be called with (trajectory, environment)
-    if required > 2:
-        return f"{getattr(fn, '__name__', fn)}({', '.join(names)}) needs {required} arguments; a reward function takes (trajectory) or (trajectory, environment)"
-    if not names and not varargs:
-        return f"{getattr(fn, '__name__', fn)}() takes no arguments; a reward function takes (trajectory) or (trajectory, environment)"
-    return None
-
-
-def wants_rm_score(fn: Callable) -> bool:
-    """Whether fn has an `rm_score` parameter (it gets the reward model's score by keyword)."""
-    try:
-        return RM_SCORE_PARAM in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def reward_caller(fn: Callable) -> Callable[[Sample, Any], Any]:
     """fn as a function of (sample, environment), whatever form the user wrote it in. One with an
     `rm_score` parameter gets sample.meta["rm_score"] (None where no reward model scored it)."""
     try:
-        names, _, varargs = _positional(fn)
+        names, _, varargs = positional_params(fn)
     except (TypeError, ValueError):
         names, varargs = [], True
     wants_sample = bool(names) and names[0] in SAMPLE_PARAM_NAMES

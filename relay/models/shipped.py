@@ -22,7 +22,7 @@ BASE = "tiny"
 TASK_MODELS = {"tiny-math_tool": "relay.envs.math_tool:MathToolEnv", "tiny-textgame": "relay.envs.textgame:TextGameEnv"}
 REBUILD = "python -m relay.models.build --all"
 # The reward model for the built-in arithmetic task (reward_model.path: tiny-rm), built from the
-# tiny model by `python -m relay.models.build_rm`.
+# tiny model by `python -m relay.rewards.build_rm`.
 RM_NAME = "tiny-rm"
 
 

@@ -2,8 +2,8 @@
 
 The tiny model (relay/models/tiny.py) only knows two-digit addition. For an agentic task it
 first sees example trajectories from the task's environment class
-(`warm_start_episodes(n, seed) -> list[relay.chat.ScriptedEpisode]`), laid out token for token
-as the agent loop lays out episodes (relay.chat.encode_scripted), with loss on the model's
+(`warm_start_episodes(n, seed) -> list[relay.envs.chat.ScriptedEpisode]`), laid out token for token
+as the agent loop lays out episodes (relay.envs.chat.encode_scripted), with loss on the model's
 tokens only. The examples mix good and bad play, so RL starts from a model that knows the
 format and is often wrong. The built-in tasks' results are shipped (relay/models/shipped/);
 `python -m relay.models.build --env my_pkg.envs:MyEnv --out DIR` makes one for a user's task.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from relay.chat import ChatFormat, encode_scripted
+from relay.envs.chat import ChatFormat, encode_scripted
 
 DEFAULT_STEPS = 300  # for an environment class without a `warm_start_steps` attribute
 

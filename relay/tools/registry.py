@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from relay.tools.parsers import ToolCall
+from relay.tools.calls import ToolCall
 from relay.tools.schema import function_schema, validate_arguments
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import ray
 
 import driver
 from actors import metrics as relay_metrics
-from relay import metric_keys as keys
 from relay.config import load_config
+from relay.run import metric_keys as keys
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 from tests.prometheus import export_port, scrape
 

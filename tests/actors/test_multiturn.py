@@ -17,8 +17,8 @@ from actors.rollout import RolloutWorker
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
 from relay.envs.textgame import TextGameEnv
-from relay.run import resolve_model_path
-from relay.tools.parsers import ToolCall
+from relay.run.folder import resolve_model_path
+from relay.tools.calls import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +124,8 @@ def test_rollout_worker_runs_tool_calls_in_the_real_sandbox():
 
 
 def test_tool_server_path():
-    from relay.tools.server import ToolServer, ToolServerConfig
+    from relay.config import ToolServerConfig
+    from relay.tools.server import ToolServer
 
     with ToolServer(ToolServerConfig(port=0, sandbox_limits=SandboxConfig(wall_timeout_s=5, cpu_seconds=2))) as server:
         cfg = math_cfg(f"tools.server_url={server.url}", "tools.max_retries=0")

@@ -18,7 +18,7 @@ from actors.weights import WEIGHT_LANE
 from relay.config import RoleResources, load_config
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import shipped_model
-from relay.weight_transfer import WeightPayload
+from relay.weights.transfer import WeightPayload
 
 PARTIAL = [
     "training.mode=async",

@@ -11,8 +11,8 @@ import pytest
 
 import driver
 from actors.pools import Actors, one_call_steps
-from relay import metric_keys as keys
 from relay.config import load_config
+from relay.run import metric_keys as keys
 
 REPO = Path(__file__).resolve().parents[2]
 COLOCATE = ["resources.colocate=true", "logging.console=false", "checkpoint.save_hf_model=false"]

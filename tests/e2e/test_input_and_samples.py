@@ -1,12 +1,12 @@
 """One local Ray for two driver checks (issue 12, items 3 and 4): resources no node can hold fail
 right after connecting, naming the role and the resource, with no run folder left behind; and a
-short run writes its sample episodes, which `python -m relay.show` prints."""
+short run writes its sample episodes, which `python -m relay.run.show` prints."""
 
 import pytest
 
 import driver
 from actors.feasibility import autoscaler_configured
-from relay import show
+from relay.run import show
 
 SMALL = [
     "training.steps=2",

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 import driver
-from relay.checkpoint import latest_checkpoint
+from relay.checkpoint.atomic import latest_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 STEPS = 4

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM
 
-from relay.lora import MERGED_FOLDER
+from relay.models.lora import MERGED_FOLDER
 from tests.e2e.test_training import metrics, run
 
 # LoRA wants a larger learning rate than full fine-tuning (the default's 2e-4): the adapters start at

@@ -13,7 +13,7 @@ import ray
 import driver
 from actors.producer import RolloutProducer
 from relay.config import load_config
-from relay.stop import RunStopped
+from relay.run.stop import RunStopped
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import driver
-from relay.checkpoint import CheckpointCorruptError, save_checkpoint
+from relay.checkpoint.atomic import save_checkpoint
+from relay.checkpoint.manifest import CheckpointCorruptError
 from relay.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]

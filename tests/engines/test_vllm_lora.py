@@ -13,8 +13,8 @@ from actors.learner import Learner  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
-from relay.lora import adapter_state_dict, engine_state_dict  # noqa: E402
 from relay.models.loading import load_tokenizer  # noqa: E402
+from relay.models.lora import adapter_state_dict, engine_state_dict  # noqa: E402
 from relay.models.tiny import encode_chat  # noqa: E402
 from relay.types import Batch, Sample  # noqa: E402
 from tests.engine_checks import max_logprob_diff  # noqa: E402

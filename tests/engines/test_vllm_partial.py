@@ -18,7 +18,7 @@ from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
 from relay.models.tiny import encode_chat  # noqa: E402
-from relay.staged_weights import StagedWeights  # noqa: E402
+from relay.weights.staged import StagedWeights  # noqa: E402
 from tests.engines.test_vllm_cpu import TOL, perturbed_state  # noqa: E402
 
 

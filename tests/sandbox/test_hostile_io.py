@@ -208,8 +208,8 @@ def test_tool_executor_runs_calls_in_parallel_and_serves_http(server):
     # The ToolExecutor (actors/tools.py) uses the same sandbox in-process and can serve it.
     from actors.tools import ToolExecutor
     from relay.config import ToolsConfig
+    from relay.tools.calls import ToolCall
     from relay.tools.client import ToolClient
-    from relay.tools.parsers import ToolCall
     from relay.tools.registry import ToolRegistry
     from relay.tools.sandbox import SandboxConfig
 

@@ -1,4 +1,4 @@
-"""The agent loop with environments and limits (relay/agent.py): a crashing environment or a
+"""The agent loop with environments and limits (relay/agent/loop.py): a crashing environment or a
 failed reset is counted data, environment turns render as user turns with per-turn rewards,
 limits end episodes with their finish reasons, a budget cut keeps an exact prefix, and many
 episodes share one generate call per turn. Scripted engine: tests/agent_scripts.py."""
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop, episode_metrics, tool_call_counts
-from relay.chat import ChatFormat, encode_scripted
+from relay.agent.loop import AgentLimits, AgentLoop
+from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.engines.base import SamplingParams
 from relay.envs.base import EnvRunner, episode_return
+from relay.envs.chat import ChatFormat, encode_scripted
 from relay.envs.math_tool import MathToolEnv
 from relay.envs.textgame import WEAPONS, TextGameEnv
 from relay.models.tokenizer import build_tiny_tokenizer

@@ -1,4 +1,4 @@
-"""The agent loop (relay/agent.py): token-in, token-out across turns, limits, failures as data.
+"""The agent loop (relay/agent/loop.py): token-in, token-out across turns, limits, failures as data.
 
 The central property: a Sample's response ids are exactly the engine's outputs interleaved with
 observation ids, the loss mask covers exactly the engine's tokens, and decoding prompt + response
@@ -13,12 +13,14 @@ import copy
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop, tool_call_counts
-from relay.chat import ChatFormat
+from relay.agent.loop import AgentLimits, AgentLoop
+from relay.agent.metrics import tool_call_counts
 from relay.engines.base import SamplingParams
+from relay.envs.chat import ChatFormat
 from relay.envs.math_tool import math_tool_reward
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.tools.parsers import ParseResult, ToolCall, get_parser
+from relay.tools.calls import ParseResult, ToolCall
+from relay.tools.parsers import get_parser
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
 from tests.agent_scripts import (
     EOS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.engines.base import SamplingParams
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.tools.parsers import get_parser

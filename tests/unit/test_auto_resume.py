@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from relay.auto_resume import lost_line, train_with_auto_resume
 from relay.failures import ActorLost, RunFailed
+from relay.run.auto_resume import lost_line, train_with_auto_resume
 
 
 def config(auto_resume: int, name: str = "run"):

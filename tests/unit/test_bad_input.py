@@ -12,7 +12,7 @@ import pytest
 
 import driver
 from relay.config import ConfigError, load_config
-from relay.run import create_run_folder, remove_if_unstarted, run_folder
+from relay.run.folder import create_run_folder, remove_if_unstarted, run_folder
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "relay/models/shipped/tiny"

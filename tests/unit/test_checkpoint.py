@@ -1,4 +1,4 @@
-"""relay.checkpoint: atomic save, verified load, pickle-free optimizer state, RNG, HF export."""
+"""relay.checkpoint.atomic: atomic save, verified load, pickle-free optimizer state, RNG, HF export."""
 
 from __future__ import annotations
 
@@ -9,19 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from relay import checkpoint
-from relay.checkpoint import (
-    CheckpointCorruptError,
-    capture_rng,
+from relay.checkpoint import atomic as checkpoint
+from relay.checkpoint.atomic import (
     flatten_optimizer_state,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
-    restore_rng,
     save_checkpoint,
     save_hf_model,
     unflatten_optimizer_state,
 )
+from relay.checkpoint.manifest import CheckpointCorruptError
+from relay.checkpoint.rng import capture_rng, restore_rng
 
 
 def small_groups() -> dict[str, dict[str, torch.Tensor]]:

@@ -1,4 +1,4 @@
-"""Sharded checkpoints inside relay.checkpoint's atomic save (relay/checkpoint_dcp.py)."""
+"""Sharded checkpoints inside relay.checkpoint.atomic's atomic save (relay/checkpoint/dcp.py)."""
 
 import signal
 import subprocess
@@ -7,16 +7,16 @@ import textwrap
 
 import torch
 
-from relay.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from relay.checkpoint_dcp import load_shards, save_shards
+from relay.checkpoint.atomic import latest_checkpoint, load_checkpoint, save_checkpoint
+from relay.checkpoint.dcp import load_shards, save_shards
 
 # One process writes step 1 (two roles' shards), then dies by SIGKILL during step 2 after the first
 # role's shards and before the second's: between shard writes, before any manifest.
 KILLED_SAVE = textwrap.dedent(
     """
     import os, signal, sys, torch
-    from relay.checkpoint import save_checkpoint
-    from relay.checkpoint_dcp import save_shards
+    from relay.checkpoint.atomic import save_checkpoint
+    from relay.checkpoint.dcp import save_shards
 
     root = sys.argv[1]
     torch.manual_seed(0)
@@ -59,7 +59,7 @@ def test_a_kill_between_shard_writes_leaves_the_previous_checkpoint_latest(tmp_p
 
 
 def test_shards_are_in_the_manifest_and_a_changed_shard_is_named(tmp_path):
-    from relay.checkpoint import CheckpointCorruptError, verify_checkpoint
+    from relay.checkpoint.manifest import CheckpointCorruptError, verify_checkpoint
 
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -83,7 +83,7 @@ def test_shards_are_in_the_manifest_and_a_changed_shard_is_named(tmp_path):
 
 
 def test_manifest_entries_may_name_one_role_folder_and_dcp_metadata_only():
-    from relay.checkpoint_manifest import entry_name_problem
+    from relay.checkpoint.manifest import entry_name_problem
 
     for name in ("learner/.metadata", "learner/__0_0.distcp", "critic/rank_1.json", "policy.safetensors"):
         assert entry_name_problem(name) is None, name

@@ -10,18 +10,17 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from relay import checkpoint
-from relay.checkpoint import (
-    CheckpointCorruptError,
+from relay.checkpoint import atomic as checkpoint
+from relay.checkpoint.atomic import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
     sweep_leftovers,
 )
-from relay.checkpoint_manifest import bare_name_problem, sha256_file
-from relay.checkpoint_resume import ResumeRefused, resume_checkpoint
+from relay.checkpoint.manifest import CheckpointCorruptError, bare_name_problem, sha256_file
 from relay.failures import RunFailed
+from relay.run.resume import ResumeRefused, resume_checkpoint
 
 
 def groups(value: float = 1.0) -> dict[str, dict[str, torch.Tensor]]:

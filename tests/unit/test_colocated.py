@@ -9,11 +9,11 @@ import torch
 from actors.colocated import ColocatedWorker
 from actors.learner import Learner
 from actors.rollout import RolloutWorker
-from relay import metric_keys as keys
 from relay.algos import compute_advantages
 from relay.config import ConfigError, load_config
 from relay.envs.scoring import trainable
-from relay.run import task_rows
+from relay.run import metric_keys as keys
+from relay.run.folder import task_rows
 from relay.types import Batch
 
 SMALL = ["training.prompts_per_step=4", "rollout.n=4", "training.micro_batch_size=8"]

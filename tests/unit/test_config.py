@@ -163,7 +163,7 @@ def test_dotted_paths_resolve_once_per_process():
 
 
 def test_agent_limits_are_built_from_the_config():
-    from relay.agent import AgentLimits
+    from relay.agent.loop import AgentLimits
 
     cfg = load_config(REPO / "configs/math_tool.yaml")
     assert AgentLimits.from_config(cfg) == AgentLimits(

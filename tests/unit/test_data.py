@@ -4,8 +4,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relay.data import PromptIterator, load_rows, row_messages
 from relay.envs.arithmetic import arithmetic_reward, make_rows, parse_answer
+from relay.envs.data import PromptIterator, load_rows, row_messages
 from relay.types import Sample
 
 

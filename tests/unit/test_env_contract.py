@@ -11,16 +11,17 @@ import pytest
 import torch
 
 from relay import BaseEnvironment, Trajectory
-from relay.agent import AgentLimits, AgentLoop
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.config import ConfigError, load_config
+from relay.config.user_code import check_env_class, check_reward_fn
 from relay.engines.base import SamplingParams
 from relay.envs.base import EnvRunner
-from relay.envs.contract import EnvConfig, EnvMaker, check_env_class, seed_rows
+from relay.envs.contract import EnvConfig, EnvMaker, seed_rows
 from relay.envs.scoring import Scorer, neutralize_reward_errors, trainable
-from relay.envs.trajectory import check_reward_fn, reward_value
+from relay.envs.trajectory import reward_value
 from relay.failures import FailureWatch, RunFailed
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.run import eval_metrics
+from relay.run.folder import eval_metrics
 from relay.types import Sample
 from tests.agent_scripts import EOS, ScriptedEngine
 

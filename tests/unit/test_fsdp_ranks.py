@@ -1,4 +1,4 @@
-"""FSDP2 rank groups (relay/fsdp.py, actors/rank_group.py) against one process: the tiny model in
+"""FSDP2 rank groups (relay/update/fsdp.py, actors/rank_group.py) against one process: the tiny model in
 fp32 over gloo, 3 optimizer steps x 2 mini-batches with a cosine schedule, learner and critic."""
 
 import pytest

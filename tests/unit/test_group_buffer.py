@@ -1,8 +1,8 @@
-"""relay/pipeline.py: the bounded group buffer of training.mode one_step_off / async (no Ray)."""
+"""relay/run/pipeline.py: the bounded group buffer of training.mode one_step_off / async (no Ray)."""
 
 import json
 
-from relay.pipeline import GroupBuffer, pipeline_metrics, sample_from_json, sample_to_json, staleness_metrics
+from relay.run.pipeline import GroupBuffer, pipeline_metrics, sample_from_json, sample_to_json, staleness_metrics
 from relay.types import FinishReason, Sample
 
 

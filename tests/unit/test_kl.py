@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.algos import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl_penalty
+from relay.algos import KL_ESTIMATORS, kl_penalty
+from relay.update.kl_control import AdaptiveKLController, FixedKLController
 
 
 def close(a, b, tol=1e-5):

@@ -1,4 +1,4 @@
-"""relay.loggers and relay.plot: every backend writes files that its own reader reads back."""
+"""relay.run.loggers and relay.run.plot: every backend writes files that its own reader reads back."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from relay.loggers import (
-    ConsoleLogger,
+from relay.config import LoggingConfig
+from relay.run.console import ConsoleLogger
+from relay.run.loggers import (
     JsonlLogger,
-    LoggingConfig,
     MissingLoggerDependency,
     MultiLogger,
     TensorBoardLogger,
     flatten_config,
     make_loggers,
 )
-from relay.plot import load_metrics
+from relay.run.plot import load_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"algo": {"name": "grpo", "kl_coef": 0.05}, "model": "tiny", "seeds": [1, 2]}
@@ -223,7 +223,7 @@ def read_wandb_records(path: Path) -> list:
 
 
 def test_wandb_offline_run_read_back(tmp_path):
-    from relay.loggers import WandbLogger
+    from relay.run.loggers import WandbLogger
 
     logger = WandbLogger(tmp_path, "unit-run", project="relay-test", mode="offline", config_dict=CONFIG)
     for step, metrics in steps_metrics(3):
@@ -264,7 +264,7 @@ def test_wandb_offline_run_read_back(tmp_path):
 def test_mlflow_local_store_read_back(tmp_path, monkeypatch, store):
     from mlflow.tracking import MlflowClient
 
-    from relay.loggers import MLflowLogger
+    from relay.run.loggers import MLflowLogger
 
     uri = None
     if store == "file":
@@ -290,7 +290,7 @@ def test_mlflow_local_store_read_back(tmp_path, monkeypatch, store):
 
 
 # ---------------------------------------------------------------------------------------------
-# python -m relay.plot
+# python -m relay.run.plot
 
 
 def test_plot_cli_writes_png(tmp_path):
@@ -311,7 +311,7 @@ def test_plot_cli_writes_png(tmp_path):
             f.write(json.dumps(row) + "\n")
     out = tmp_path / "out" / "curves.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "relay.plot", str(path), "-o", str(out)],
+        [sys.executable, "-m", "relay.run.plot", str(path), "-o", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -325,7 +325,7 @@ def test_plot_cli_writes_png(tmp_path):
     assert struct.unpack(">II", data[16:24]) == (1200, 960)
 
     # Folder input writes <run>/curves.png; no known key is an error, not an empty image.
-    from relay.plot import main
+    from relay.run.plot import main
 
     assert main([str(tmp_path)]) == 0 and (tmp_path / "curves.png").is_file()
     (tmp_path / "other").mkdir()

@@ -1,4 +1,4 @@
-"""LoRA through peft (model.lora.*, relay/lora.py) on the Learner's class, used directly: what
+"""LoRA through peft (model.lora.*, relay/models/lora.py) on the Learner's class, used directly: what
 trains, the reference with adapters off, the merged weights, the final folder, exact resume, and
 bad target modules."""
 
@@ -10,13 +10,13 @@ from transformers import AutoModelForCausalLM
 import driver
 from actors.learner import Learner
 from actors.pools import actor_roles
-from relay.checkpoint import load_checkpoint, save_checkpoint
+from relay.checkpoint.atomic import load_checkpoint, save_checkpoint
 from relay.config import ConfigError, load_config
-from relay.lora import MERGED_FOLDER, adapter_state_dict, engine_state_dict, trainable_fraction
 from relay.models.loading import load_model
-from relay.policy import compute_logprobs
-from relay.run import resolve_model_path
+from relay.models.lora import MERGED_FOLDER, adapter_state_dict, engine_state_dict, trainable_fraction
+from relay.run.folder import resolve_model_path
 from relay.types import Batch, Sample
+from relay.update.policy import compute_logprobs
 
 LORA = ["model.lora.rank=8", "training.lr=5e-3"]
 

@@ -6,7 +6,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 from transformers import AutoModelForCausalLM
 
-from relay.lora import MERGED_FOLDER
+from relay.models.lora import MERGED_FOLDER
 from tests.fsdp_ranks import SAVE_AFTER, STEPS, relative_difference
 from tests.lora_ranks import one_process, run_lora_ranks
 

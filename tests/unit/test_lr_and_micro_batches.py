@@ -1,11 +1,11 @@
-"""The learning-rate schedule (relay/lr_schedule.py) and token-budget micro-batches (relay/update_loop.py)."""
+"""The learning-rate schedule (relay/update/lr_schedule.py) and token-budget micro-batches (relay/update/loop.py)."""
 
 import pytest
 import torch
 
 from relay.config import TrainingConfig, load_config
-from relay.lr_schedule import lr_factor, make_lr_scheduler
-from relay.update_loop import micro_batch_rows, rank_rows, run_update, trim_padding
+from relay.update.loop import micro_batch_rows, rank_rows, run_update, trim_padding
+from relay.update.lr_schedule import lr_factor, make_lr_scheduler
 from tests.unit.test_update_loop import TokenRegressor, make_batch
 
 

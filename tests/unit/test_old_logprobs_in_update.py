@@ -1,4 +1,4 @@
-"""The Learner finds old logprobs inside `update` (relay/old_logprobs.py): on-policy it uses the
+"""The Learner finds old logprobs inside `update` (relay/update/old_logprobs.py): on-policy it uses the
 detached logprobs of the update's own forward pass, otherwise one no-grad pass; either way the
 update equals the one with old logprobs computed beforehand (the driver's separate call)."""
 
@@ -8,9 +8,10 @@ import torch
 from actors.learner import Learner
 from relay.algos import kl_penalty, masked_mean
 from relay.config import load_config
-from relay.metric_keys import KL_MEAN, LEARNER_UPDATE_S
-from relay.old_logprobs import LOGPROB_DIFF_MAX, driver_needs_old_logprobs, on_policy
+from relay.run.metric_keys import KL_MEAN, LEARNER_UPDATE_S
 from relay.types import Batch, Sample
+from relay.update.kl_control import driver_needs_old_logprobs
+from relay.update.old_logprobs import LOGPROB_DIFF_MAX, on_policy
 
 GRPO = ["training.micro_batch_size=3"]  # several micro-batches, one of 2 rows
 PPO_CRITIC = ["algorithm.estimator=gae", "critic.enabled=true", "algorithm.tis_cap=2.0", "training.micro_batch_size=4"]

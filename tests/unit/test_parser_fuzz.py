@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.tools.calls import _LENIENT, JSON_FAILURES
-from relay.tools.parsers import PARSERS, ParseResult, ToolCall, _decode_at, get_parser
+from relay.tools.calls import _LENIENT, JSON_FAILURES, ParseResult, ToolCall
+from relay.tools.parsers import PARSERS, _decode_at, get_parser
 from relay.tools.registry import ToolRegistry, ToolResult
 
 NAMES = sorted(PARSERS)  # every name get_parser answers to (function_call and its alias pythonic too)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.tools.parsers import PARSERS, ParseResult, ToolCall, get_parser
+from relay.tools.calls import ParseResult, ToolCall
+from relay.tools.parsers import PARSERS, get_parser
 
 UNI = "héllo 世界 🎉 naïve"
 

@@ -10,17 +10,17 @@ import threading
 import pytest
 import torch
 
-from relay.agent import AgentLimits, AgentLoop
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.algos.losses import truncated_is_weights
 from relay.config import ConfigError, load_config
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine
 from relay.models.shipped import shipped_model
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.pipeline import sample_from_json, sample_to_json, staleness_metrics
-from relay.staged_weights import StagedWeights
+from relay.run.pipeline import sample_from_json, sample_to_json, staleness_metrics
 from relay.tools.parsers import get_parser
 from relay.types import Batch, Sample
+from relay.weights.staged import StagedWeights
 from tests.agent_scripts import EOS, ScriptedEngine, calculator
 
 

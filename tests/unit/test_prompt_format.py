@@ -1,4 +1,4 @@
-"""task.prompt_format (relay/chat.py): plain prompts for base models, and training.eval_before."""
+"""task.prompt_format (relay/envs/chat.py): plain prompts for base models, and training.eval_before."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from relay import chat
-from relay.agent import AgentLimits, AgentLoop
-from relay.chat import ChatFormat, resolve_prompt_format
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.config import ConfigError, load_config
 from relay.engines.base import Completion, SamplingParams
+from relay.envs import chat
+from relay.envs.chat import ChatFormat, resolve_prompt_format
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.run import summarize
+from relay.run.folder import summarize
 
 TEXTS = ["3+4=", "12 + 7 =", "what is 9+9?\nanswer:", ""]
 

@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 
 from relay.tools import sandbox
-from relay.tools.parsers import ToolCall
+from relay.tools.calls import ToolCall
 from relay.tools.registry import FunctionTool, PythonTool, RemoteHTTPTool, ToolRegistry, ToolResult, tool
 from relay.tools.schema import function_schema, parse_docstring
 

@@ -10,8 +10,9 @@ import pytest
 
 from actors.reward_model import RewardModelPool
 from relay.config import load_config
-from relay.envs.trajectory import check_reward_fn, reward_caller, wants_rm_score
-from relay.reward_model import (
+from relay.config.user_code import check_reward_fn, wants_rm_score
+from relay.envs.trajectory import reward_caller
+from relay.rewards.reward_model import (
     RunningMeanStd,
     combine,
     conversation,
@@ -169,7 +170,7 @@ def test_a_reward_function_taking_rm_score_combines_it_itself():
 
 def test_the_config_names_every_built_in_verdict_parser():
     from relay.config.reward_model import VERDICT_PARSERS as NAMES
-    from relay.reward_model import VERDICT_PARSERS
+    from relay.rewards.reward_model import VERDICT_PARSERS
 
     assert set(NAMES) == set(VERDICT_PARSERS)
 

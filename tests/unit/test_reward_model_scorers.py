@@ -10,7 +10,7 @@ import torch
 from relay.config import load_config
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import RM_NAME, shipped_model
-from relay.reward_model_scorers import ClassifierScorer, JudgeScorer
+from relay.rewards.scorers import ClassifierScorer, JudgeScorer
 from relay.types import Sample
 
 

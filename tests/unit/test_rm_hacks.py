@@ -1,4 +1,4 @@
-"""relay.rm_hacks: the wrong answers of a GRPO run that the reward model scored at least as
+"""relay.run.rm_hacks: the wrong answers of a GRPO run that the reward model scored at least as
 high as the right one, read back from the run's sample files for the next build of tiny-rm."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from relay import rm_hacks
 from relay.models.loading import load_tokenizer
-from relay.samples import SampleWriter
+from relay.run import rm_hacks
+from relay.run.samples import SampleWriter
 from relay.types import Sample
 
 TINY = str(Path(__file__).resolve().parents[2] / "relay/models/shipped/tiny")

@@ -1,5 +1,5 @@
 """See what the model saw (issue 12, item 4): episodes as text in runs/<name>/samples/, and
-`python -m relay.show` printing them with model turns highlighted and observations dimmed."""
+`python -m relay.run.show` printing them with model turns highlighted and observations dimmed."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from relay import show
 from relay.config import load_config
 from relay.models.loading import load_tokenizer
-from relay.samples import SampleWriter, render_episode, segments
+from relay.run import show
+from relay.run.samples import SampleWriter, render_episode, segments
 from relay.types import Sample
 
 TINY = str(Path(__file__).resolve().parents[2] / "relay/models/shipped/tiny")

@@ -1,4 +1,4 @@
-"""Same-node weight sync through shared memory (relay/shared_weights.py): a worker's mapping of
+"""Same-node weight sync through shared memory (relay/weights/shared_memory.py): a worker's mapping of
 the learner's buffers loads every dtype bit for bit, tied names included; a buffer overwritten
 while a worker reads it fails loudly; nothing is left in the folder; no room means None."""
 
@@ -8,7 +8,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from relay.shared_weights import SharedWeights
+from relay.weights.shared_memory import SharedWeights
 
 
 def state_dict(seed: int) -> dict[str, torch.Tensor]:

@@ -1,5 +1,5 @@
 """The broadcast weight group's store takes only entries signed with the run's secret
-(relay/signed_store.py): members with the secret join and get the weights bit for bit; a process
+(relay/weights/signed_store.py): members with the secret join and get the weights bit for bit; a process
 with a wrong secret, or a bare TCPStore client writing forged entries, makes the join fail with
 ForgedStoreValue instead of connecting to what it wrote."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from relay.signed_store import ForgedStoreValue, SignedStore
-from relay.weight_transfer import BroadcastPlan, BucketMac, ForgedBucket, WeightGroup, listen
+from relay.weights.signed_store import ForgedStoreValue, SignedStore
+from relay.weights.transfer import BroadcastPlan, BucketMac, ForgedBucket, WeightGroup, listen
 
 SECRET = b"this-run-secret-0123456789abcdef"
 

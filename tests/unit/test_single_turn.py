@@ -1,13 +1,13 @@
-"""Single-turn rollouts are the agent loop (relay/agent.py) with no parser and no environment:
+"""Single-turn rollouts are the agent loop (relay/agent/loop.py) with no parser and no environment:
 what RolloutWorker runs for tasks without tools or an environment."""
 
 from __future__ import annotations
 
 import pytest
 
-from relay.agent import AgentLimits, AgentLoop
-from relay.chat import ChatFormat
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.engines.base import SamplingParams
+from relay.envs.chat import ChatFormat
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""relay/step_batch.py: the learner (and the critic) build a step's Batch and advantages from its
+"""relay/update/batch.py: the learner (and the critic) build a step's Batch and advantages from its
 samples inside `update`. The numbers are the ones the driver computed when it built the Batch
 itself: the same functions in the same order (the old driver code is spelled out below)."""
 
@@ -11,10 +11,10 @@ from actors.learner import Learner
 from actors.rollout import RolloutWorker
 from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, kl_penalty, masked_mean
 from relay.config import load_config
-from relay.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
-from relay.run import task_rows
-from relay.step_batch import prepare_batch
+from relay.run.folder import task_rows
+from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
 from relay.types import Batch, Sample
+from relay.update.batch import prepare_batch
 
 SMALL = ["training.prompts_per_step=4", "rollout.n=4", "training.micro_batch_size=8"]
 

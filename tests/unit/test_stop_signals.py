@@ -1,4 +1,4 @@
-"""relay/stop.py: a first SIGINT / SIGTERM asks the loop to stop after its step, a second abandons
+"""relay/run/stop.py: a first SIGINT / SIGTERM asks the loop to stop after its step, a second abandons
 it; the stopped run's one line names the exact `--resume` command. Signals are sent to this
 process (the handlers are installed on the main thread, where pytest runs tests)."""
 
@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from relay.checkpoint import MANIFEST
-from relay.stop import RunStopped, StopOnSignal, resume_command, stop_line
+from relay.checkpoint.manifest import MANIFEST
+from relay.run.stop import RunStopped, StopOnSignal, resume_command, stop_line
 
 
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

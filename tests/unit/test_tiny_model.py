@@ -6,8 +6,8 @@ from transformers import AutoTokenizer
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.policy import response_logprobs
 from relay.types import Batch, Sample
+from relay.update.policy import response_logprobs
 
 
 def test_tokenizer_round_trips_under_auto_tokenizer(tiny_model_path):

@@ -1,4 +1,4 @@
-"""The update loop the Learner and the Critic share (relay/update_loop.py)."""
+"""The update loop the Learner and the Critic share (relay/update/loop.py)."""
 
 import math
 
@@ -8,7 +8,7 @@ import torch
 from relay.algos import aggregate
 from relay.config import TrainingConfig, load_config
 from relay.types import Batch, Sample
-from relay.update_loop import mini_batch_indices, run_update, shuffle_generator
+from relay.update.loop import mini_batch_indices, run_update, shuffle_generator
 
 
 def make_batch(rows: int = 8, first_group: int = 5) -> Batch:

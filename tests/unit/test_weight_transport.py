@@ -1,4 +1,4 @@
-"""Weight-sync encodings (relay/weight_transfer.py): the object-store payload, and the broadcast group
+"""Weight-sync encodings (relay/weights/transfer.py): the object-store payload, and the broadcast group
 with the gloo backend in plain processes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import multiprocessing as mp
 
 import torch
 
-from relay.weight_transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
+from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
 SECRET = b"relay-test-secret-0123456789abcdef"  # a run draws its own (actors/weights.py)
 

@@ -77,9 +77,9 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from relay.config import ConfigError, validate_sandbox_limits
+from relay.config import ConfigError, SandboxConfig, validate_sandbox_limits
 from relay.tools.sandbox.cgroups import _CG_PREFIX, _cgroup_layout, _swap_total_kb, _sweep_stale_cgroups
-from relay.tools.sandbox.config import SandboxConfig, SandboxResult, SandboxUnavailable
+from relay.tools.sandbox.config import SandboxResult, SandboxUnavailable
 from relay.tools.sandbox.launch import MAIN, SANDBOX_UID, WORKDIR, _Launch, _run, _run_bwrap
 from relay.tools.sandbox.mounts import interpreter_files
 from relay.tools.sandbox.seccomp_filter import SeccompUnavailable, seccomp_program

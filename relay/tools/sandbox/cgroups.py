@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from relay.tools.sandbox.config import SandboxConfig
+from relay.config import SandboxConfig
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from relay.config import SandboxConfig
 from relay.tools.sandbox.cgroups import _CgroupLayout, _RunCgroup
-from relay.tools.sandbox.config import SandboxConfig, SandboxResult
+from relay.tools.sandbox.config import SandboxResult
 from relay.tools.sandbox.mounts import InterpreterFiles, proc_cover_argv
 
 SANDBOX_UID = 65534  # "nobody" on Debian/Ubuntu/Fedora

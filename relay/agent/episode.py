@@ -1,0 +1,50 @@
+"""One episode's state while the agent loop (relay/agent/loop.py) runs it; AgentLoop._sample turns it
+into a Sample when it ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.tools.calls import ToolCall
+from relay.types import FinishReason
+
+
+@dataclass
+class Episode:
+    id: str
+    row: dict[str, Any]
+    group_id: int
+    max_total_tokens: int
+    prompt_ids: list[int] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)  # the prompt as messages (reward models re-render them)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # per response token: the weights that produced it
+    mask: list[int] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_texts: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    token_rewards: dict[int, float] = field(default_factory=dict)
+    env_first_observation: str = ""
+    env_actions: list[str] = field(default_factory=list)
+    env_observations: list[str] = field(default_factory=list)
+    env_rewards: list[float] = field(default_factory=list)
+    env_dones: list[bool] = field(default_factory=list)
+    env_infos: list[dict] = field(default_factory=list)
+    env_error: str | None = None
+    tool_turns: int = 0
+    finish: FinishReason | None = None
+    # set by the current turn: what runs before the next one
+    calls: list[ToolCall] = field(default_factory=list)
+    parse_errors: list[str] = field(default_factory=list)
+    action: str | None = None
+    eos_token: int | None = None  # the stop token that ended the current turn
+
+    @property
+    def turns(self) -> int:
+        return len(self.spans)
+
+    @property
+    def room(self) -> int:
+        return self.max_total_tokens - len(self.response_ids)

@@ -1,0 +1,179 @@
+"""Run-folder and model plumbing the driver uses (pure: no ray)."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import statistics
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from relay.config import Config, ConfigError, TaskConfig, resolve_dotted, save_resolved
+from relay.envs.arithmetic import make_rows
+from relay.envs.contract import seed_rows
+from relay.envs.data import load_rows
+from relay.models.check import check_model_source, check_reward_model
+from relay.run import metric_keys as keys
+from relay.run.metric_keys import phase_seconds
+
+
+def run_folder(cfg: Config, resume: bool) -> Path:
+    """runs/<name>, not created yet (create_run_folder does that once the run starts).
+
+    A fresh run never reuses a folder that holds another run's results: it takes `<name>-1`,
+    `<name>-2`, ... instead. A folder left by a run that stopped before its first step (nothing
+    in it but config.yaml and empty files) is not a result, and is reused.
+    """
+    base = Path(cfg.run.output_dir).expanduser() / cfg.run.name
+    if resume:
+        if not base.is_dir():
+            raise ConfigError([f"--resume: there is no run {base} to resume (run.output_dir / run.name)"])
+        return base
+    folder, i = base, 1
+    while folder.exists() and not _unstarted(folder):
+        folder, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return folder
+
+
+def _unstarted(folder: Path) -> bool:
+    return folder.is_dir() and all(
+        f.name == "config.yaml" or (f.is_file() and f.stat().st_size == 0) for f in folder.iterdir()
+    )
+
+
+def create_run_folder(cfg: Config, run_dir: Path) -> None:
+    """Make the run folder and write the resolved config.yaml into it. If the process ends before
+    the run wrote anything else (an actor that cannot start, a crash in the first step), the
+    folder is removed again, so it leaves nothing behind."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_resolved(cfg, run_dir / "config.yaml")
+    except OSError as e:
+        raise ConfigError([f"run.output_dir: cannot create {run_dir} ({e.strerror or e})"]) from None
+    atexit.register(remove_if_unstarted, run_dir)
+
+
+def remove_if_unstarted(run_dir: Path) -> None:
+    if _unstarted(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def resolve_model_path(cfg: Config) -> str:
+    """The folder (or hub name) every role loads: `tiny` is a model shipped in the repository
+    (the task's own warm start for the built-in agent tasks); nothing is built or downloaded.
+    Any other folder or hub name is checked here, before Ray or an actor starts (ConfigError)."""
+    m = cfg.model
+    if m.path == "tiny":
+        from relay.models.shipped import tiny_model
+
+        path = str(tiny_model(cfg.task.env))
+    else:
+        local = Path(m.path).expanduser()
+        path = str(local) if local.exists() else m.path
+        check_model_source(path, "model.path", m.trust_remote_code, tokenizer=m.tokenizer_path is None)
+    if cfg.model.lora.rank:  # LoRA target modules that match nothing: one line now, not in the learner
+        from relay.models.lora import target_module_problem
+
+        if problem := target_module_problem(cfg, path):
+            raise ConfigError([problem])
+    if cfg.model.tokenizer_path is not None:
+        check_model_source(cfg.model.tokenizer_path, "model.tokenizer_path", model=False)
+    if cfg.critic.enabled and cfg.critic.model_path is not None:
+        check_model_source(cfg.critic.model_path, "critic.model_path", cfg.model.trust_remote_code, tokenizer=False)
+    if cfg.reward_model.path is not None:
+        check_reward_model(cfg.reward_model)  # a sequence classifier (kind=classifier) with a chat template
+    return path
+
+
+def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
+    t = cfg.task
+    if t.name == "arithmetic":
+        # Distinct seeds: held-out rows are (almost surely) not training rows.
+        return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(
+            t.num_eval_rows, cfg.run.seed + 7_919, t.digits
+        )
+    if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
+        env = resolve_dotted(t.env)
+        make = env.make_rows if hasattr(env, "make_rows") else seed_rows
+        return make(t.num_train_rows, cfg.run.seed), make(t.num_eval_rows, cfg.run.seed + 7_919)
+    for_env = t.env is not None
+    train = load_rows(t.train_file, t.prompt_key, t.answer_key, for_env)
+    evals = load_rows(t.eval_file, t.prompt_key, t.answer_key, for_env) if t.eval_file else train[: t.num_eval_rows]
+    return train, evals
+
+
+class PhaseTimer:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        key = phase_seconds(phase)
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+
+
+def split(items: list, parts: int) -> list[list]:
+    size = len(items) // parts
+    return [items[i * size : (i + 1) * size] for i in range(parts)]
+
+
+def merge_rollout_metrics(per_call: list[dict[str, float]]) -> dict[str, float]:
+    """One step's rollout metrics from its rollout calls' (each: a shard on worker "rollout/worker").
+    Tokens/s: all tokens over the busiest worker's seconds; agent/*: means; tool counts: sums;
+    idle seconds: per worker."""
+    if not per_call:
+        return {}
+    busy: dict[int, float] = {}
+    for i, m in enumerate(per_call):
+        worker = int(m.get("rollout/worker", i))
+        busy[worker] = busy.get(worker, 0.0) + m["rollout/seconds"]
+    tokens = sum(m["rollout/tokens"] for m in per_call)
+    per_worker = {
+        f"{keys.TOKENS_PER_S}/{int(m.get('rollout/worker', i))}": m["rollout/tokens_per_s"]
+        for i, m in enumerate(per_call)
+    }
+    agent = {k: sum(m[k] for m in per_call) / len(per_call) for k in per_call[0] if k.startswith("agent/")}
+    tools = {k: sum(m[k] for m in per_call) for k in keys.TOOL_COUNTS if k in per_call[0]}
+    idle = {}
+    if "rollout/idle_s" in per_call[0]:
+        idle[keys.ROLLOUT_IDLE_S] = sum(m["rollout/idle_s"] for m in per_call) / len(busy)
+    return {
+        keys.TOKENS_PER_S: tokens / max(max(busy.values()), 1e-9),
+        keys.REWARD_S: max(m.get("rollout/reward_seconds", 0.0) for m in per_call),  # scoring in the workers
+        "rollout/tokens": float(tokens),
+        **per_worker,
+        **agent,
+        **tools,
+        **idle,
+    }
+
+
+def eval_metrics(task: TaskConfig, rewards: list[float]) -> dict[str, float]:
+    """Held-out results: the share of episodes whose reward reaches task.success_threshold (accuracy;
+    for environment tasks, success rate, next to the mean return)."""
+    solved = sum(r >= task.success_threshold for r in rewards) / max(len(rewards), 1)
+    if task.env is None:
+        return {"eval/accuracy": solved}
+    return {"eval/success_rate": solved, "eval/mean_return": statistics.fmean(rewards) if rewards else 0.0}
+
+
+def summarize(rewards: list[float], before: dict[str, float], after: dict[str, float], run_dir: Path) -> dict:
+    """Reward at the start and end of training, and each held-out metric before and after; printed too."""
+    k = max(1, min(5, len(rewards) // 2))
+    summary = {"reward_start": statistics.fmean(rewards[:k]), "reward_end": statistics.fmean(rewards[-k:])}
+    for key in after:
+        name = key.removeprefix("eval/")
+        summary[f"{name}_before"], summary[f"{name}_after"] = before.get(key, float("nan")), after[key]
+    summary["run_dir"] = str(run_dir)
+    held_out = "; ".join(
+        f"{key.removeprefix('eval/').replace('_', ' ')} {before.get(key, float('nan')):.3f} -> {v:.3f}"
+        for key, v in after.items()
+    )
+    print(
+        f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} "
+        f"(mean of first/last {k} steps); held-out {held_out}"
+    )
+    return summary

@@ -1,0 +1,48 @@
+"""Names of the step-metrics keys that more than one place relies on: the code that writes each
+key and the Ray metrics publisher (actors/metrics.py) that reads it both use these constants,
+so a rename reaches both sides. tests/actors/test_metrics.py runs two real training steps and
+checks that every Ray metric the publisher defines got a value from them.
+"""
+
+from __future__ import annotations
+
+
+def phase_seconds(phase: str) -> str:
+    """The key of a phase's wall time in one step (relay.run.folder.PhaseTimer writes it)."""
+    return f"time/{phase}_s"
+
+
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"  # standard deviation of the step's batch rewards
+KL_MEAN = "kl/mean"
+POLICY_LOSS = "actor/pg_loss"  # the Learner's "pg_loss" under its "actor/" prefix
+TOKENS_PER_S = "rollout/tokens_per_s"  # the whole batch; f"{TOKENS_PER_S}/{i}": rollout worker i
+WEIGHTS_VERSION = "weights/version"  # the policy version after the step's update
+STALENESS = "weights/staleness"  # the version the update ran on minus the batch's oldest weight version
+TOOL_CALLS = "tools/calls"  # tool calls the model made this step (malformed ones included)
+TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, timeouts, malformed calls)
+TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
+# reward_model.* (actors/reward_model.py): raw scores' mean, the rule's mean on the same samples
+# (a score that climbs while it stays flat is reward hacking), unscored samples, scoring time
+RM_SCORE_MEAN = "rm/score_mean"
+RM_RULE_REWARD_MEAN = "rm/rule_reward_mean"
+RM_ERRORS = "rm/errors"
+RM_SECONDS = "rm/seconds"
+STEP_S = phase_seconds("step")
+ROLLOUT_S = phase_seconds("rollout")
+REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers inside the rollout phase: the slowest's
+UPDATE_S = phase_seconds("update")
+SYNC_S = phase_seconds("sync")
+LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; UPDATE_S is the phase's
+# training.mode one_step_off / async (relay/run/pipeline.py, actors/producer.py)
+STALENESS_MIN = "weights/staleness_min"  # versions behind the update's, over every trained sample of the step
+STALENESS_MEAN = "weights/staleness_mean"
+STALENESS_MAX = "weights/staleness_max"
+MIXED_SAMPLES = "weights/mixed_samples"  # rollout.partial: trained samples whose tokens came from several versions
+QUEUE_DEPTH = "rollout/queue_depth"  # finished groups left in the buffer after the step took its batch
+IN_FLIGHT = "rollout/in_flight"  # groups being rolled out when the step took its batch
+DROPPED_STALE = "rollout/dropped_stale"  # groups dropped (or drawn again) this step: older than max_staleness
+ROLLOUT_IDLE_S = "time/rollout_idle_s"  # per worker: seconds between its calls (waiting for weights or work)
+LEARNER_WAIT_S = "time/learner_wait_s"  # seconds the step waited for its samples (the learner had nothing to do)
+IDLE_ROLLOUT = "idle/rollout"  # ROLLOUT_IDLE_S / step wall time
+IDLE_LEARNER = "idle/learner"  # LEARNER_WAIT_S / step wall time

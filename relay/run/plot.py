@@ -1,0 +1,132 @@
+"""Plot a run's training curves from its metrics.jsonl into one PNG.
+
+    python -m relay.run.plot runs/my-run                 # writes runs/my-run/curves.png
+    python -m relay.run.plot runs/my-run/metrics.jsonl -o curves.png
+    python -m relay.run.plot runs/my-run --keys reward/mean,loss/policy
+
+One panel per key that the run has: reward (shaded by its std when "reward/std" exists), KL,
+response length, step time and eval accuracy, or the keys given with --keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+# (key, panel title); a panel is drawn only when the run logged its key.
+PANELS: tuple[tuple[str, str], ...] = (
+    ("reward/mean", "reward (mean)"),
+    ("kl/mean", "KL to reference (mean)"),
+    ("response/length_mean", "response length (tokens, mean)"),
+    ("time/step_s", "step time (s)"),
+    ("eval/accuracy", "eval accuracy"),
+    ("eval/success_rate", "eval success rate"),
+    ("eval/mean_return", "eval mean return"),
+)
+SHADE = {"reward/mean": "reward/std"}
+
+
+def load_metrics(path: str | Path) -> list[dict]:
+    """Records of a metrics.jsonl (or of the one in a run folder), one per step, by step.
+
+    A resumed run appends to the same file and may repeat steps logged after its checkpoint;
+    the last record of a step wins. A torn last line (crash mid-write) is skipped with a warning.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    by_step: dict[int, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                warnings.warn(f"{path}:{n}: not JSON, skipped", stacklevel=2)
+                continue
+            by_step[int(record["step"])] = record
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) where `key` has a finite value (eval keys appear only every k steps)."""
+    steps, values = [], []
+    for r in records:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            steps.append(r["step"])
+            values.append(float(v))
+    return steps, values
+
+
+def plot_run(path: str | Path, out: str | Path | None = None, keys: list[str] | None = None) -> Path:
+    """Render the curves of the run at `path` into a PNG; returns the PNG's path."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError(f"relay.run.plot needs matplotlib ({e}): pip install 'relay[loggers]'") from e
+
+    matplotlib.use("Agg")  # no display on cluster heads and CI
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    records = load_metrics(path)
+    titles = dict(PANELS)
+    wanted = keys if keys else [k for k, _ in PANELS]
+    present = [k for k in wanted if series(records, k)[0]]
+    if not present:
+        available = sorted({k for r in records for k in r} - {"step", "time"})
+        raise ValueError(f"none of {wanted} in {path}; keys there: {available}")
+
+    if out is None:
+        out = (path if path.is_dir() else path.parent) / "curves.png"
+    out = Path(out)
+    ncols = 1 if len(present) == 1 else 2
+    nrows = math.ceil(len(present) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 3.2 * nrows), squeeze=False)
+    for ax, key in zip(axes.flat, present):
+        steps, values = series(records, key)
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3)
+        if key in SHADE:
+            s_steps, s_values = series(records, SHADE[key])
+            std = dict(zip(s_steps, s_values))
+            if all(s in std for s in steps):
+                lo = [v - std[s] for s, v in zip(steps, values)]
+                hi = [v + std[s] for s, v in zip(steps, values)]
+                ax.fill_between(steps, lo, hi, alpha=0.2, linewidth=0)
+        ax.set_title(titles.get(key, key))
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(present) :]:
+        ax.set_visible(False)
+    fig.suptitle(path.name if path.is_dir() else path.parent.name)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m relay.run.plot", description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="a run folder (holding metrics.jsonl) or a metrics.jsonl")
+    parser.add_argument("-o", "--out", help="PNG to write (default: <run folder>/curves.png)")
+    parser.add_argument("--keys", help="comma-separated metric keys to plot instead of the defaults")
+    args = parser.parse_args(argv)
+    keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+    try:
+        out = plot_run(args.run, args.out, keys)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"relay.run.plot: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

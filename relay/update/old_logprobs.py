@@ -1,0 +1,69 @@
+"""Where a step's old logprobs (the learner's, before its update) come from.
+
+A KL penalty in the reward against a separate reference needs them before the advantages,
+which the learner's and the critic's update calls both build: then a call of their own comes
+first (relay/update/kl_control.py says when). Otherwise the learner finds them inside `update`:
+
+on-policy    one PPO epoch of one mini-batch: every micro-batch runs on the weights the update
+             started from, so its own logprobs, detached, are the old ones. The ratio is exactly
+             1 and its gradient is the policy gradient: no extra forward pass.
+otherwise    one no-grad pass over the batch at the start of the update, on the same weights
+             and with the same function the driver's call used: the same numbers.
+
+The metrics that need old logprobs over the whole batch (the engine/learner logprob gap, the KL
+to the reference) travel as `*_max` / `*_sum` loss metrics, which relay/update/loop.py reduces
+over micro-batches and ranks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from relay.algos import kl_penalty
+from relay.config import TrainingConfig
+from relay.run.metric_keys import KL_MEAN
+from relay.types import Batch
+from relay.update.fsdp import share_rows
+from relay.update.policy import compute_logprobs
+
+LOGPROB_DIFF_MAX = "rollout/logprob_diff_max"  # |rollout - old| on model tokens, largest over the batch
+
+
+def on_policy(training: TrainingConfig) -> bool:
+    """The update takes one optimizer step on the whole batch: nothing moves before any loss is read."""
+    return training.ppo_epochs == 1 and training.mini_batches == 1
+
+
+def old_logprobs_before_update(model, batch: Batch, temperature: float, sharded: bool) -> torch.Tensor:
+    """The no-grad pass: the batch's old logprobs [B,R] on the batch's device. In a rank group
+    (`sharded`, FSDP2) each rank computes its share of the rows and every rank gets all of them."""
+    device = batch.loss_mask.device
+    if not sharded:
+        return compute_logprobs(model, batch, temperature).to(device)
+    share, has_rows = share_rows(batch)
+    parts = [None] * dist.get_world_size()
+    rows = compute_logprobs(model, share, temperature, device)  # a rank without rows too: FSDP pairs the passes
+    dist.all_gather_object(parts, rows if has_rows else None)
+    return torch.cat([p for p in parts if p is not None]).to(device)
+
+
+def old_logprob_stats(old: torch.Tensor, micro: Batch, kl_estimator: str) -> dict[str, float]:
+    """A micro-batch's part of the whole-batch metrics of its old logprobs [B,R]: the largest
+    engine/learner gap, and (with reference logprobs) the KL sum over its model tokens."""
+    mask = micro.loss_mask
+    with torch.no_grad():
+        stats = {"logprob_diff_max": float(((micro.rollout_logprobs - old).abs() * mask).max())}
+        if micro.ref_logprobs is not None:
+            kl = kl_penalty(old, micro.ref_logprobs, kl_estimator)
+            stats |= {"kl_ref_sum": float((kl * mask).sum()), "loss_tokens_sum": float(mask.sum())}
+    return stats
+
+
+def old_logprob_metrics(actor_metrics: dict[str, float]) -> dict[str, float]:
+    """Take the reduced stats out of the update's metrics as the step's metrics."""
+    out = {LOGPROB_DIFF_MAX: actor_metrics.pop("logprob_diff_max")} if "logprob_diff_max" in actor_metrics else {}
+    if "kl_ref_sum" in actor_metrics:
+        kl_sum, tokens = actor_metrics.pop("kl_ref_sum"), actor_metrics.pop("loss_tokens_sum")
+        out[KL_MEAN] = kl_sum / tokens if tokens else 0.0
+    return out
