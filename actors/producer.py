@@ -278,7 +278,7 @@ class RolloutProducer:
 
     def sync_weights(self, version: int) -> None:
         """Send the learner's new weights without waiting: each worker loads them after its
-        calls in flight, before the calls started from now on. A failed sync of the last round
+        calls in flight, before the calls started from now on. A failed previous sync
         raises here, unless a rollout worker died under it (its next call recovers it)."""
         self._wait_weights()
         busy = {call.worker for call in self.calls.values()}

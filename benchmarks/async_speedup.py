@@ -35,7 +35,7 @@ MODES = {
     "sync": ["training.mode=sync"],
     "one_step_off": ["training.mode=one_step_off"],
     "async": ["training.mode=async", "training.max_staleness=1"],
-    # continuous batching (issue 14): one call of a whole step's prompts per worker, at most 4
+    # continuous batching: one call of a whole step's prompts per worker, at most 4
     # groups' episodes (rollout.n = 8) live in the engine, a group leaving as soon as it ends
     "async_cb": ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=16"]
     + ["rollout.max_live_episodes=32"],

@@ -170,8 +170,8 @@ class SandboxConfig:
 @dataclass(frozen=True)
 class ToolsConfig:
     """Tool calls in the agent loop (relay/agent/loop.py): parser, sandbox, executors or tool server.
-    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval,
-    the seeds' tool_config knobs) from here too."""
+    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval)
+    from here too."""
 
     enabled: bool = False
     parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)

@@ -13,8 +13,8 @@ EnvMaker builds instances and starts episodes by inspecting those signatures onc
 - reset gets the row's keys it accepts (all of them with **kwargs), and `seed=` when it accepts one.
 Every episode has a seed, shared by the rollout.n episodes of one group (a GRPO group compares
 attempts at one problem). When neither the constructor nor reset takes it, Python's and numpy's
-global RNGs are seeded with it right before reset(), which is where a seeds-style environment
-draws its setup.
+global RNGs are seeded with it right before reset(), which is where an environment that calls
+`random` in reset() draws its setup.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What a reward function receives, and how it is called.
 
-    def compute_reward(trajectory, environment):   # the seeds' form
+    def compute_reward(trajectory, environment):   # trajectory and environment
         return sum(trajectory.rewards)
     def my_reward(trajectory): ...                 # one argument: no environment
     def arithmetic_reward(sample, env): ...        # first parameter named `sample`: the Sample itself
 
-`trajectory` is a Trajectory: the seeds' fields (states, actions, rewards, dones) plus text,
+`trajectory` is a Trajectory: the episode's states, actions, rewards and dones, plus text,
 turns, tool_calls, ground_truth, finish_reason, and every Sample field by name (`sample` holds
 the record itself). `environment` is the episode's own environment instance after its last step
 (None for tasks without one, or when the instance is gone: the episode failed to start).
@@ -30,7 +30,7 @@ SAMPLE_PARAM_NAMES = ("sample", "s")
 
 @dataclass
 class Trajectory:
-    """One episode as the seeds describe it. For environment episodes states[i] is the observation
+    """One episode, step by step. For environment episodes states[i] is the observation
     the model saw before actions[i], which the environment answered with rewards[i] and dones[i];
     for episodes without an environment, actions are the model's turns and the other lists are empty."""
 

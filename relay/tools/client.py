@@ -1,5 +1,5 @@
 """Client of the tool server (relay.tools.server). Its settings are the tools.* keys of the config
-tree (relay.config.ToolsConfig), the seeds' tool_config knobs:
+tree (relay.config.ToolsConfig):
 
     tools.enabled=true tools.server_url=http://127.0.0.1:30003 tools.max_tool_turns=3
     tools.max_retries=3 tools.retry_delay=1.0 tools.timeout=30.0 tools.max_workers=10 tools.request_interval=0.1
@@ -101,7 +101,7 @@ class ToolClient:
             conn.close()
 
     def _pace(self) -> None:
-        """Space request starts by request_interval (across threads), as the seeds' client does."""
+        """Space request starts by request_interval (across threads), so a client never bursts."""
         if self.cfg.request_interval <= 0:
             return
         with self._pace_lock:

@@ -6,7 +6,7 @@
     parser.format_result(call, output)   # the observation the model sees next
 
 Formats (each documented on its class):
-  "tag"            <tool>print(1+1)</tool>                               (the seeds' protocol)
+  "tag"            <tool>print(1+1)</tool>                               (the built-in tasks' protocol)
   "hermes"         <tool_call>{"name": "f", "arguments": {...}}</tool_call> (Qwen2.5 / Qwen3)
   "json"           {"name": "f", "arguments": {...}} anywhere, or in a ```json fence
   "react"          Thought: ... / Action: f / Action Input: {...}        (Yao et al. 2022)
@@ -37,7 +37,7 @@ from relay.tools.calls import (
 
 
 class TagParser:
-    """`<tool>CODE</tool>`: CODE is the argument of the `python` tool (the seeds' protocol).
+    """`<tool>CODE</tool>`: CODE is the argument of the `python` tool (the built-in tasks' protocol).
 
     A markdown fence inside the tag (<tool>```python ... ```</tool>) is removed. The observation
     is `<result>\\nOUTPUT\\n</result>` appended right after the call.

@@ -1,4 +1,4 @@
-"""One local Ray for two driver checks (issue 12, items 3 and 4): resources no node can hold fail
+"""One local Ray for two driver checks: resources no node can hold fail
 right after connecting, naming the role and the resource, with no run folder left behind; and a
 short run writes its sample episodes, which `python -m relay.run.show` prints."""
 

@@ -1,8 +1,8 @@
-"""configs/grpo_rm.yaml end to end (issue 17): the tiny policy trained against the shipped reward
+"""configs/grpo_rm.yaml end to end: the tiny policy trained against the shipped reward
 model alone (reward_model.rule_weight=0) through a real RewardModel actor. The scores reach the
 rewards and the metrics, held-out accuracy stays the rule's (never the reward model's), and it
-rises: 0.527 -> 0.680 after these 10 steps here (docs/reward_models.md has the seeds and the
-longer runs; tests/e2e/test_reward_model_rise.py runs the whole recipe over three seeds)."""
+rises: 0.527 -> 0.680 after these 10 steps here (docs/benchmarks/reward_model.md has the
+other seeds; tests/e2e/test_reward_model_rise.py runs the whole recipe over three seeds)."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""A user's own environment, written to the seeds' contract with no relay import, trains first try;
+"""A user's own environment, written to the environment contract with no relay import, trains first try;
 rewards that are NaN are counted and never trained on; a run of nothing but failures stops and says why."""
 
 import json
@@ -22,7 +22,7 @@ import random
 
 
 class AdditionEnv:
-    """The seeds' BaseEnvironment contract, as a user writes it."""
+    """The BaseEnvironment contract, as a user writes it (no relay import)."""
 
     def __init__(self, config):
         self.max_turns = config.max_turns

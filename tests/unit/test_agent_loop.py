@@ -58,7 +58,7 @@ def test_tag_tool_turns_are_token_exact(tok):
     assert (
         engine.outputs[0][1] == tok("<tool>print(37*48)</tool>", add_special_tokens=False).input_ids
     )  # cut at the stop string
-    # The result continues the model's own message (the seeds' protocol), then the model goes on.
+    # The result continues the model's own message (the tag parser's protocol), then the model goes on.
     content = "<tool>print(37*48)</tool>\n<result>\n1776\n</result>\n1776"
     expect = rendered(tok, [{"role": "user", "content": "What is 37*48?"}, {"role": "assistant", "content": content}])
     assert decoded(tok, s) + "\n" == expect

@@ -1,4 +1,4 @@
-"""The seeds' environment and reward-function contract, called as users wrote it (no relay import in
+"""The environment and reward-function contract, called as users wrote it (no relay import in
 their code), and what happens to rewards and updates that fail."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.agent_scripts import EOS, ScriptedEngine
 
 
 class GuessEnv:
-    """The seeds' form: one constructor argument read by attribute, reset() with no arguments and
+    """The plain form: one constructor argument read by attribute, reset() with no arguments and
     its setup drawn from the global RNG, no relay import."""
 
     def __init__(self, config):

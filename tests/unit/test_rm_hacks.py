@@ -43,7 +43,7 @@ def test_the_wrong_answers_of_a_run_are_read_back_from_its_sample_files(tmp_path
 def test_collecting_keeps_what_the_reward_model_is_fooled_by_sorted_and_once(tmp_path, capsys):
     write_run(tmp_path)
     out = tmp_path / "hacks.jsonl"
-    out.write_text(json.dumps({"prompt": "1+1", "answer": "3"}) + "\n")  # kept from an earlier round
+    out.write_text(json.dumps({"prompt": "1+1", "answer": "3"}) + "\n")  # kept from an earlier collection
     assert rm_hacks.main([str(tmp_path), "--out", str(out)]) == 0
     first = out.read_text()
     rows = [tuple(json.loads(line).values()) for line in first.splitlines()]

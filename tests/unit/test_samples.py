@@ -1,4 +1,4 @@
-"""See what the model saw (issue 12, item 4): episodes as text in runs/<name>/samples/, and
+"""See what the model saw: episodes as text in runs/<name>/samples/, and
 `python -m relay.run.show` printing them with model turns highlighted and observations dimmed."""
 
 from __future__ import annotations

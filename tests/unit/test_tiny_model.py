@@ -23,7 +23,7 @@ def test_tokenizer_round_trips_under_auto_tokenizer(tiny_model_path):
 
 
 def test_step0_engine_and_learner_logprobs_agree(tiny_model_path):
-    """The issue's bound: max |rollout logprob - learner logprob| < 1e-3 in fp32."""
+    """The contract's bound: max |rollout logprob - learner logprob| < 1e-3 in fp32."""
     engine = HFEngine(tiny_model_path)
     tok = engine.tokenizer
     prompts = [

@@ -99,7 +99,7 @@ def client_for(srv: Scripted, max_output_bytes: int | None = None, **kw) -> Tool
 
 
 def test_settings_are_the_tools_config():
-    # One set of fields and defaults: the client reads tools.* (the seeds' knobs) of the config tree.
+    # One set of fields and defaults: the client reads tools.* of the config tree.
     c = ToolsConfig()
     assert (
         c.enabled,
