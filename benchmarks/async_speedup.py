@@ -39,7 +39,7 @@ MODES = {
     # groups' episodes (rollout.n = 8) live in the engine, a group leaving as soon as it ends
     "async_cb": ["training.mode=async", "training.max_staleness=1", "training.groups_per_call=16"]
     + ["rollout.max_live_episodes=32"],
-    # --partial: weights that arrive mid-call load at the next chunk boundary (docs/pipeline.md)
+    # --partial: weights that arrive mid-call load at the next chunk boundary (docs/pipeline.md, "Partial rollouts")
     "async_partial": ["training.mode=async", "training.max_staleness=1", "rollout.partial=true"]
     + ["rollout.partial_chunk=4"],
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from relay.config.schema import Config
 
 # What a null algorithm.tis_cap means where samples come from older weights: measured on the default
-# task (8 seeds, docs/pipeline.md), async without it ends 5 points below sync; with 2.0, within noise.
+# task (8 seeds, docs/benchmarks/async_parity.md), async without it ends 5 points below sync; with 2.0, within noise.
 STALE_SAMPLES_TIS_CAP = 2.0
 
 

@@ -1,6 +1,6 @@
 """configs/grpo_rm.yaml as shipped trains the tiny policy against the reward model alone
 (reward_model.rule_weight=0), and held-out accuracy, measured by the exact rule and never by the
-reward model, rises on every seed (docs/reward_models.md has the numbers)."""
+reward model, rises on every seed (docs/benchmarks/reward_model.md has the numbers)."""
 
 from pathlib import Path
 

@@ -70,7 +70,7 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
     assert set(rewards) <= {0.0, 1.0} and sum(rewards) > 0
     assert all(s.reward == sum(s.meta["env"]["rewards"]) for s in samples)
     # RL at work: direct guesses are never rewarded, so the policy calls the tool more often.
-    # (Reward rises too over the config's 30 steps, 0.40 -> 0.53 in docs/agents.md; over 12 steps
+    # (Reward rises too over the config's 30 steps, 0.40 -> 0.53 in docs/benchmarks/agent_tasks.md; over 12 steps
     # it is within noise on a ~1M-parameter model, so it is reported, not asserted.)
     per_step = [statistics.fmean(s.reward for s in batch) for batch in batches]
     calls_first = statistics.fmean(len(s.tool_calls) for batch in batches[:4] for s in batch)
