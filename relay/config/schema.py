@@ -73,7 +73,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    name: str = "arithmetic"  # built-in task, or "custom" with train_file
+    name: str = "arithmetic"  # built-in (arithmetic, chat_arithmetic), or "custom" with train_file or env
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None
     prompt_key: str = "prompt"
@@ -84,15 +84,16 @@ class TaskConfig:
     env: str | None = None  # dotted path to an Environment class (multi-turn)
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
-    # Where rewards are computed: false, in the rollout worker that made the samples (no EnvPool actors
-    # without task.env); true, on EnvPool actors even without task.env: a heavy reward function (large
-    # imports, a model of its own) then holds its memory once per pool, not once per rollout worker.
+    # Where rewards are computed: false, in the rollout worker that made the samples; true, on EnvPool
+    # actors even without task.env (a heavy reward function then holds its memory once per pool).
     reward_actor: bool = False
     system_prompt: str | None = None
-    # How prompts become tokens: chat (the tokenizer's chat template), raw (the prompt text as is, with
-    # the tokenizer's own special tokens: for base models), auto (chat when the tokenizer has a template).
+    # chat: the tokenizer's chat template; raw: the prompt text as is (base models); auto: chat if it has one.
     prompt_format: Literal["chat", "raw", "auto"] = "auto"
     digits: int = 2  # built-in arithmetic: operand size
+    ops: str = "+-*"  # chat_arithmetic (relay/envs/chat_arithmetic.py): operations, operands in [min, max]
+    operand_min: int = 2
+    operand_max: int = 20
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 
@@ -100,7 +101,11 @@ class TaskConfig:
     def reward_fn_path(self) -> str:
         if self.reward_fn is not None:
             return self.reward_fn
-        return "relay.envs.base:episode_return" if self.env else "relay.envs.arithmetic:arithmetic_reward"
+        if self.env:
+            return "relay.envs.base:episode_return"
+        if self.name == "chat_arithmetic":
+            return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
+        return "relay.envs.arithmetic:arithmetic_reward"
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,8 @@ class RolloutConfig:
     # (Sample.token_versions). Needs algorithm.tis_cap (not 0); engine hf or vllm.
     partial: bool = False
     partial_chunk: int = 16
-    # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on
-    # the same GPU gets the KV cache's memory; the next weight sync wakes the engine.
-    # None: on when the rollout workers and the learner each hold a fraction of a GPU (colocated).
+    # Engine sleep after each rollout (vLLM level 1, SGLang memory release): a learner on the same GPU
+    # gets the KV cache's memory until the next weight sync. None: on when both hold GPU fractions.
     sleep_while_training: bool | None = None
 
 
@@ -203,9 +207,8 @@ class ToolServerConfig:
     port: int = 30003  # 0: any free port (see ToolServer.url)
     sandbox: SandboxMode = "bwrap"
     sandbox_limits: SandboxConfig = SandboxConfig()
-    # Sandboxes running at once; 0: two per CPU core. A run spends much of its ~40 ms in kernel
-    # namespace set-up rather than on a core: on 2 cores, 2 slots gave 52 runs/s, 4 gave 78 and
-    # 8 gave 87 (benchmarks/tool_throughput.py). Each slot may hold sandbox_limits.memory_mb of memory.
+    # Sandboxes running at once; 0: two per CPU core (a run is mostly kernel set-up, not CPU:
+    # benchmarks/tool_throughput.py). Each slot may hold sandbox_limits.memory_mb of memory.
     max_concurrency: int = 0
     max_waiting: int = 1024  # requests waiting for a slot beyond this get 429 (decided before the body is read)
     # One client's waiting requests (a ToolClient, named by its X-Relay-Client header, else the

@@ -11,7 +11,7 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.algos.names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
-from relay.config.dotted import check_dotted, resolve_dotted
+from relay.config.dotted import check_dotted
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -21,13 +21,12 @@ from relay.config.schema import (
     RoleResources,
     SandboxConfig,
     SandboxMode,
-    TaskConfig,
     ToolsConfig,
     ToolServerConfig,
 )
-from relay.config.user_code import check_env_class, check_reward_fn
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
+from relay.config.validate_task import validate_task
 
 
 def validate(cfg: Config) -> list[str]:
@@ -144,22 +143,7 @@ def validate(cfg: Config) -> list[str]:
         f"checkpoint.keep_last_n: must be >= 1 (the newest checkpoint is always kept), got {c.keep_last_n}",
     )
     task = cfg.task
-    if task.name == "custom":
-        need(
-            task.train_file is not None or task.env is not None,
-            "task.train_file: required when task.name=custom (or a task.env that makes rows)",
-        )
-    else:
-        need(task.name == "arithmetic", f"task.name: {task.name!r} is not a built-in task (arithmetic) or 'custom'")
-    for key in ("train_file", "eval_file"):
-        f = getattr(task, key)
-        need(f is None or Path(f).exists(), f"task.{key}: file not found: {f}")
-    need(1 <= task.digits <= 9, f"task.digits: must be in [1, 9], got {task.digits}")
-    p += validate_user_code(task)
-    need(
-        task.success_threshold == task.success_threshold and abs(task.success_threshold) != float("inf"),
-        f"task.success_threshold: must be a finite number, got {task.success_threshold}",
-    )
+    p += validate_task(task)
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
     need(
         r.max_live_episodes >= 0,
@@ -246,20 +230,6 @@ def validate_sharding(cfg: Config) -> list[str]:
             )
         if t.cpu_offload and rr.gpus == 0 and role == "learner":
             p.append("training.cpu_offload offloads GPU ranks' state to the host: set resources.learner.gpus >= 1")
-    return p
-
-
-def validate_user_code(task: TaskConfig) -> list[str]:
-    """task.env and task.reward_fn: they load, and their signatures fit how they will be called."""
-    p = []
-    for key, dotted, check in (("env", task.env, check_env_class), ("reward_fn", task.reward_fn_path, check_reward_fn)):
-        if dotted is None:
-            continue
-        err = check_dotted(dotted)
-        if err is None:
-            err = check(resolve_dotted(dotted))
-        if err is not None:
-            p.append(f"task.{key}: {err}")
     return p
 
 

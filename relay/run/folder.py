@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from relay.config import Config, ConfigError, TaskConfig, resolve_dotted, save_resolved
+from relay.envs import chat_arithmetic
 from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.envs.data import load_rows
@@ -92,6 +93,11 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
         # Distinct seeds: held-out rows are (almost surely) not training rows.
         return make_rows(t.num_train_rows, cfg.run.seed, t.digits), make_rows(
             t.num_eval_rows, cfg.run.seed + 7_919, t.digits
+        )
+    if t.name == "chat_arithmetic":  # held-out problems are never among the training rows
+        ops = "".join(dict.fromkeys(t.ops))
+        return chat_arithmetic.make_rows(
+            t.num_train_rows, t.num_eval_rows, cfg.run.seed, ops, t.operand_min, t.operand_max
         )
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
         env = resolve_dotted(t.env)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, kl_penalty, masked_mean
+from relay.algos.advantages import compute_advantages
+from relay.algos.kl import kl_penalty
+from relay.algos.names import TOKEN_LEVEL_ESTIMATORS
+from relay.algos.utils import masked_mean
 from relay.config import AlgorithmConfig
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
 from relay.types import Batch, Sample

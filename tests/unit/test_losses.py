@@ -7,8 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.algos import (
-    AGG_MODES,
+from relay.algos.losses import (
     POLICY_LOSSES,
     aggregate,
     entropy_from_logits,
@@ -16,6 +15,7 @@ from relay.algos import (
     truncated_is_weights,
     value_loss,
 )
+from relay.algos.names import AGG_MODES
 
 
 def close(a, b, tol=1e-5):

@@ -9,7 +9,10 @@ import torch
 
 from actors.learner import Learner
 from actors.rollout import RolloutWorker
-from relay.algos import TOKEN_LEVEL_ESTIMATORS, compute_advantages, kl_penalty, masked_mean
+from relay.algos.advantages import compute_advantages
+from relay.algos.kl import kl_penalty
+from relay.algos.names import TOKEN_LEVEL_ESTIMATORS
+from relay.algos.utils import masked_mean
 from relay.config import load_config
 from relay.run.folder import task_rows
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
