@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.engine_registry import EngineName, capabilities
 from relay.config.reward_model import RewardModelConfig
 
 
@@ -51,13 +52,15 @@ class LoraConfig:
     # head. Default: the attention and MLP projections of Qwen2 / Llama / Mistral-style models.
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     # What a weight sync sends the rollout engine: "merged" (base + adapters, plain HF names; every
-    # engine), "adapter" (the adapters alone, served by vLLM's LoRA support: a few MB per sync instead
-    # of the whole model), "auto" (adapter on vLLM, merged elsewhere).
+    # engine), "adapter" (the adapters alone, served by the engine's LoRA support, vLLM's: a few MB per
+    # sync instead of the whole model), "auto" (adapter where the engine serves adapters, merged elsewhere).
     sync: Literal["auto", "adapter", "merged"] = "auto"
 
     def sends_adapters(self, engine: str) -> bool:
         """Whether weight syncs carry the adapters alone (else merged weights)."""
-        return self.rank > 0 and (self.sync == "adapter" or (self.sync == "auto" and engine == "vllm"))
+        if self.rank <= 0:
+            return False
+        return self.sync == "adapter" or (self.sync == "auto" and capabilities(engine).max_lora_adapter_rank > 0)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    engine: EngineName = "hf"  # relay/config/engine_registry.py ENGINES
     n: int = 8  # samples per prompt (the GRPO group)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -124,7 +127,7 @@ class RolloutConfig:
     # Partial rollouts (docs/pipeline.md): with training.mode one_step_off or async, weights that
     # arrive mid-call are loaded between two chunks of partial_chunk new tokens (or two turns) and
     # generation goes on with them; every token records the version that sampled it
-    # (Sample.token_versions). Needs algorithm.tis_cap (not 0); engine hf or vllm.
+    # (Sample.token_versions). Needs algorithm.tis_cap (not 0) and an engine that can (partial_rollouts).
     partial: bool = False
     partial_chunk: int = 16
     # Engine sleep (vLLM sleep level 1, SGLang memory release) after each rollout, so a learner on

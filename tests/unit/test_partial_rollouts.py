@@ -158,10 +158,10 @@ def test_partial_needs_an_overlapped_mode_tis_cap_and_a_chunking_engine():
     assert "set resources.weight_sync=object_store" in text
     [off] = problems(["training.mode=async", "rollout.partial=true", "algorithm.tis_cap=0"])
     assert off.startswith("rollout.partial: tokens sampled by older weights need importance weights")
-    # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang is refused by name
-    # (whether or not either is installed here)
+    # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang's capability record
+    # says it cannot (whether or not either is installed here)
     assert problems([*base, "rollout.engine=vllm"]) == []
     assert (
-        "rollout.partial: needs rollout.engine hf or vllm (they generate in chunks and load weights between them), "
-        "not sglang"
+        "rollout.partial: the sglang engine cannot generate in chunks and load weights between them "
+        "(engines that can: hf, vllm)"
     ) in problems([*base, "rollout.engine=sglang"])
