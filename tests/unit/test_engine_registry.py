@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from relay.config import ENGINES, ConfigError, EngineCapabilities, load_config
+from relay.config.engine_registry import engines_that
 from relay.config.reward_model import JudgeConfig
 from relay.config.schema import RolloutConfig
 from relay.engines import engine_class
@@ -54,8 +55,8 @@ def test_the_configs_engine_choices_are_the_registry():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["rollout.engine=vlm", "reward_model.judge.engine=hff"])
     assert e.value.problems == [
-        "rollout.engine: 'vlm' is not one of ['hf', 'vllm', 'sglang'] (did you mean 'vllm'?)",
-        "reward_model.judge.engine: 'hff' is not one of ['hf', 'vllm', 'sglang'] (did you mean 'hf'?)",
+        f"rollout.engine: 'vlm' is not one of {list(ENGINES)} (did you mean 'vllm'?)",
+        f"reward_model.judge.engine: 'hff' is not one of {list(ENGINES)} (did you mean 'hf'?)",
     ]
 
 
@@ -83,15 +84,17 @@ def test_the_config_checks_ask_the_capability_record_not_the_name(monkeypatch):
     assert problems(partial) == problems(colocate) == []
 
     monkeypatch.setitem(ENGINES, "hf", dataclasses.replace(ENGINES["hf"], can=EngineCapabilities(gpu_only=True)))
+    gpus = "rollout.engine: the hf engine runs on GPUs only: set resources.rollout.gpus > 0, got 0.0"
+    chunks = ", ".join(engines_that(lambda can: can.partial_rollouts))  # vllm, sglang (and any added since)
     assert problems(["rollout.partial=true", "training.mode=one_step_off"]) == [
-        "rollout.partial: the hf engine cannot generate in chunks and load weights between them "
-        "(engines that can: vllm, sglang)",
-        "rollout.engine: the hf engine runs on GPUs only: set resources.rollout.gpus > 0, got 0.0",
+        f"rollout.partial: the hf engine cannot generate in chunks and load weights between them (engines that can: {chunks})",
+        gpus,
     ]
+    adapters = ", ".join(engines_that(lambda can: can.max_lora_adapter_rank > 0))  # vllm
     assert problems(["model.lora.rank=8", "model.lora.sync=adapter"]) == [
-        "model.lora.sync: the hf engine cannot serve LoRA adapters (engines that can: vllm); "
+        f"model.lora.sync: the hf engine cannot serve LoRA adapters (engines that can: {adapters}); "
         "it takes merged weights (use auto or merged)",
-        "rollout.engine: the hf engine runs on GPUs only: set resources.rollout.gpus > 0, got 0.0",
+        gpus,
     ]
 
 
