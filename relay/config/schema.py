@@ -58,9 +58,8 @@ class LoraConfig:
 
     def sends_adapters(self, engine: str) -> bool:
         """Whether weight syncs carry the adapters alone (else merged weights)."""
-        if self.rank <= 0:
-            return False
-        return self.sync == "adapter" or (self.sync == "auto" and capabilities(engine).max_lora_adapter_rank > 0)
+        auto = self.sync == "auto" and self.rank > 0 and capabilities(engine).max_lora_adapter_rank > 0
+        return self.rank > 0 and (self.sync == "adapter" or auto)
 
 
 @dataclass(frozen=True)
