@@ -60,7 +60,7 @@ class ColocatedWorker:
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
         return self.worker.encode_prompt(row)
 
-    def sleep(self) -> None:  # the module is the learner's: the engine must keep it in memory
+    def sleep(self) -> None:  # nothing to free: the module is the learner's, and it trains next
         pass
 
     def weight_version(self) -> int:
