@@ -1,14 +1,15 @@
 """The learner and the rollout worker in one actor, generating from one module (resources.colocate).
 
 verl's "hybrid engine", the Ray-native way: the actor holds a Learner and a RolloutWorker whose
-HF engine is built around the learner's own module (HFEngine.sharing). Per step that saves the
+engine is built around the learner's own module (`sharing`, relay.engines.base.SharingEngine: the
+engines whose registry record has colocate; the HF engine). Per step that saves the
 weight copy into a second model, a second process holding that model and torch, and the round
 trips of the weight sync: the update tags the module's weights with their new version, and the
 driver's sync phase makes no call. `actors.rollout = [this]` and `actors.learner = this`, and each
 method below is the Learner's or the RolloutWorker's of the same name, so the driver calls them as
 it calls separate actors; `rollout_and_update` makes a plain sync step one call instead of two.
 
-Only where the phases never overlap: training.mode sync, rollout.engine hf, one rollout worker,
+Only where the phases never overlap: training.mode sync, such an engine, one rollout worker,
 one learner actor (relay/config/validate.py says so, naming the key, before any actor starts).
 """
 
@@ -23,7 +24,8 @@ from actors.learner import Learner
 from actors.rollout import RolloutWorker, peak_rss_mb
 from actors.weights import node_id
 from relay.config import Config
-from relay.engines.hf import HFEngine
+from relay.engines import engine_class
+from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
 from relay.models.loading import load_tokenizer
 from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
@@ -39,7 +41,8 @@ class ColocatedWorker:
         self.learner = Learner(cfg, model_path, num_threads)  # its module stays in eval mode: dropout off
         m = cfg.model
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
-        engine = HFEngine.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
+        cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)
+        engine = cls.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
         self.worker = RolloutWorker(cfg, model_path, 0, num_threads, env_pool, tool_executors, engine=engine)
         cuda = self.learner.device.type == "cuda"
         self.rng_devices = [self.learner.device] if cuda else []
@@ -57,7 +60,7 @@ class ColocatedWorker:
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
         return self.worker.encode_prompt(row)
 
-    def sleep(self) -> None:  # the HF engine keeps no KV cache between calls
+    def sleep(self) -> None:  # nothing to free: the module is the learner's, and it trains next
         pass
 
     def weight_version(self) -> int:

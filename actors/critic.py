@@ -13,7 +13,7 @@ import torch
 
 from actors.rank_group import RankMember
 from actors.weights import node_id
-from relay.algos import value_loss
+from relay.algos.losses import value_loss
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.config import Config

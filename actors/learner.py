@@ -14,7 +14,8 @@ import torch
 from actors.rank_group import RankMember
 from actors.weight_ends import WeightSender
 from actors.weights import node_id
-from relay.algos import aggregate, kl_penalty, policy_loss, truncated_is_weights
+from relay.algos.kl import kl_penalty
+from relay.algos.losses import aggregate, policy_loss, truncated_is_weights
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng

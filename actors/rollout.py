@@ -27,7 +27,7 @@ from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
 from relay.engines import make_engine
-from relay.engines.base import SamplingParams
+from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
 from relay.envs.data import row_messages
 from relay.envs.scoring import Scorer
@@ -58,11 +58,11 @@ class RolloutWorker:
         num_threads: int,
         env_pool=None,
         tool_executors: list | None = None,
-        engine=None,
+        engine: Engine | None = None,
     ):
         torch.set_num_threads(num_threads)
         self.cfg, self.index = cfg, worker_index
-        # `engine`: one made elsewhere (actors/colocated.py: an HF engine on the learner's own module)
+        # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
         self.tokenizer = self.engine.tokenizer
         self.weights_in = WeightReceiver(self.engine)

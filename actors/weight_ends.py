@@ -10,6 +10,7 @@ from collections.abc import Callable
 import ray
 import torch
 
+from relay.engines.base import Engine
 from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
@@ -72,7 +73,7 @@ class WeightReceiver:
     """A rollout worker's end, loading into its engine: the object-store payload, or rank i + 1
     of the broadcast group for rollout worker i."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine):
         self.engine = engine
         self.plan: BroadcastPlan | None = None
         self.group: WeightGroup | None = None

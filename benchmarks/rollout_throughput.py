@@ -23,7 +23,6 @@ against the unchunked call's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -37,12 +36,10 @@ sys.path.insert(0, str(REPO))
 
 
 def available_engines(cuda: bool) -> list[str]:
-    names = ["hf"]
-    if importlib.util.find_spec("vllm") is not None:
-        names.append("vllm")
-    if cuda and importlib.util.find_spec("sglang") is not None:
-        names.append("sglang")
-    return names
+    """The registry's engines that can start here (relay/config/engine_registry.py)."""
+    from relay.config import ENGINES, engine_import_error
+
+    return [n for n, e in ENGINES.items() if engine_import_error(n) is None and (cuda or not e.can.gpu_only)]
 
 
 def build_model(kind: str) -> tuple[str, str]:
@@ -136,8 +133,7 @@ def bench_bare(cfg, model_path: str, rows, a, threads: int, weights) -> dict:
             lambda: engine.generate(prompts, sampling, chunk=a.chunk, between=lambda: None), a.repeats
         )
     sync_s, _ = median_time(lambda: engine.update_weights(weights.tensors(), 1), a.repeats)
-    if hasattr(engine, "shutdown"):
-        engine.shutdown()
+    engine.shutdown()
     return {"tokens": tokens, "seconds": seconds, "start_s": start_s, "sync_s": sync_s, "chunked_s": chunked_s}
 
 

@@ -42,7 +42,7 @@ from typing import Any
 from relay.agent.episode import Episode as _Episode
 from relay.agent.metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
 from relay.config import Config
-from relay.engines.base import Completion, SamplingParams
+from relay.engines.base import Completion, Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.envs.chat import ChatFormat
 from relay.envs.data import row_messages
@@ -85,7 +85,7 @@ class AgentLimits:
 class AgentLoop:
     def __init__(
         self,
-        engine,
+        engine: Engine,
         tokenizer,
         limits: AgentLimits,
         *,
@@ -224,7 +224,7 @@ class AgentLoop:
     def _model_turn(self, e: _Episode, c: Completion, stop_ids: set[int]) -> None:
         e.calls, e.parse_errors, e.action, e.eos_token = [], [], None, None
         tokens, logprobs = list(c.token_ids), list(c.logprobs)
-        versions = list(c.versions) if c.versions is not None else [self._version()] * len(tokens)
+        versions = list(c.versions) if c.versions is not None else [self.engine.weight_version] * len(tokens)
         room = e.room
         over_budget = len(tokens) > room
         if over_budget:  # a prefix of a sample is a sample: its tokens and logprobs stay exact
@@ -325,11 +325,8 @@ class AgentLoop:
             return
         e.response_ids += ids
         e.logprobs += [0.0] * len(ids)
-        e.versions += [e.versions[-1] if e.versions else self._version()] * len(ids)
+        e.versions += [e.versions[-1] if e.versions else self.engine.weight_version] * len(ids)
         e.mask += [0] * len(ids)
-
-    def _version(self) -> int:
-        return getattr(self.engine, "weight_version", 0)
 
     def _sample(self, e: _Episode) -> Sample:
         """The one place Samples are made: single-turn, tool and environment episodes alike."""
@@ -361,7 +358,7 @@ class AgentLoop:
             rollout_logprobs=e.logprobs,
             loss_mask=e.mask,
             group_id=e.group_id,
-            weight_version=min(e.versions, default=self._version()),
+            weight_version=min(e.versions, default=self.engine.weight_version),
             token_versions=e.versions,
             finish_reason=e.finish,
             turn_spans=e.spans,

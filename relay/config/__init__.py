@@ -5,9 +5,11 @@ problem at once, each with its key path, before any actor starts.
     load.py      load_config (YAML + dotted overrides, typed), save_resolved
     validate.py  validate(cfg) and the checks the sandbox, tool client and tool server share
     dotted.py    resolve_dotted: user code named by `pkg.module:attr`, imported once per process
+    engine_registry.py  ENGINES: every rollout engine's name, class path and capability record
 """
 
 from relay.config.dotted import check_dotted, resolve_dotted
+from relay.config.engine_registry import ENGINES, EngineCapabilities, EngineEntry, engine_import_error
 from relay.config.load import load_config, save_resolved
 from relay.config.reward_model import JudgeConfig, RewardModelConfig
 from relay.config.schema import (
@@ -33,7 +35,6 @@ from relay.config.schema import (
     TrainingConfig,
 )
 from relay.config.validate import (
-    engine_import_error,
     validate,
     validate_logging,
     validate_sandbox_limits,
@@ -49,8 +50,11 @@ __all__ = [
     "AlgorithmConfig",
     "CheckpointConfig",
     "Config",
+    "ENGINES",
     "ConfigError",
     "CriticConfig",
+    "EngineCapabilities",
+    "EngineEntry",
     "JudgeConfig",
     "LoggingConfig",
     "ModelConfig",

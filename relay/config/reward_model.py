@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.engine_registry import EngineName
+
 # Fields a judge template may name: the prompt (its last user message), the response, the row's answer.
 JUDGE_FIELDS = ("prompt", "response", "ground_truth")
 # Built-in verdict parsers (relay/rewards/reward_model.py VERDICT_PARSERS); anything else is a dotted path.
@@ -26,7 +28,7 @@ class JudgeConfig:
     # A str.format template of the user message the judge reads; it may name {prompt}, {response}
     # and {ground_truth}. Required for kind=judge.
     template: str | None = None
-    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    engine: EngineName = "hf"
     # How the judge's answer becomes a number: number (the last number in it), yes_no (1.0 for an
     # answer starting with yes, 0.0 for no), or a dotted path to a function of the text. An answer
     # the parser cannot read is a counted reward error (rm/errors), never a crash.

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.engine_registry import EngineName, capabilities
 from relay.config.reward_model import RewardModelConfig
 
 
@@ -47,17 +48,16 @@ class LoraConfig:
     rank: int = 0  # 0: off (full fine-tuning); else the adapters' rank r
     alpha: float = 16.0  # the adapter output is scaled by alpha / rank
     dropout: float = 0.0  # on the adapters' input, in the learner's update passes only
-    # Module names (or name suffixes) to adapt, or ("all-linear",): every linear layer but the output
-    # head. Default: the attention and MLP projections of Qwen2 / Llama / Mistral-style models.
+    # Module names (or suffixes) to adapt, or ("all-linear",); default: Qwen2/Llama attention and MLP.
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    # What a weight sync sends the rollout engine: "merged" (base + adapters, plain HF names; every
-    # engine), "adapter" (the adapters alone, served by vLLM's LoRA support: a few MB per sync instead
-    # of the whole model), "auto" (adapter on vLLM, merged elsewhere).
+    # What a weight sync sends: "merged" (base + adapters; every engine), "adapter" (the adapters alone,
+    # a few MB, where the engine serves LoRA: vLLM), "auto" (adapter where it can, merged elsewhere).
     sync: Literal["auto", "adapter", "merged"] = "auto"
 
     def sends_adapters(self, engine: str) -> bool:
         """Whether weight syncs carry the adapters alone (else merged weights)."""
-        return self.rank > 0 and (self.sync == "adapter" or (self.sync == "auto" and engine == "vllm"))
+        auto = self.sync == "auto" and self.rank > 0 and capabilities(engine).max_lora_adapter_rank > 0
+        return self.rank > 0 and (self.sync == "adapter" or auto)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    engine: EngineName = "hf"  # relay/config/engine_registry.py ENGINES
     n: int = 8  # samples per prompt (the GRPO group)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -129,7 +129,7 @@ class RolloutConfig:
     # Partial rollouts (docs/pipeline.md): with training.mode one_step_off or async, weights that
     # arrive mid-call are loaded between two chunks of partial_chunk new tokens (or two turns) and
     # generation goes on with them; every token records the version that sampled it
-    # (Sample.token_versions). Needs algorithm.tis_cap (not 0); engine hf or vllm.
+    # (Sample.token_versions). Needs algorithm.tis_cap (not 0) and an engine that can (partial_rollouts).
     partial: bool = False
     partial_chunk: int = 16
     # Engine sleep after each rollout (vLLM level 1, SGLang memory release): a learner on the same GPU

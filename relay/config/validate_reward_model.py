@@ -4,10 +4,10 @@ relay.models.check.check_reward_model before Ray starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import string
 
 from relay.config.dotted import check_dotted, resolve_dotted
+from relay.config.engine_registry import engine_import_error
 from relay.config.reward_model import JUDGE_FIELDS, VERDICT_PARSERS, JudgeConfig
 from relay.config.schema import Config
 from relay.config.user_code import wants_rm_score
@@ -69,8 +69,8 @@ def _validate_judge(judge: JudgeConfig) -> list[str]:
             p.append(f"reward_model.judge.parser: not one of {list(VERDICT_PARSERS)} nor a function: {err}")
     if judge.max_new_tokens < 1:
         p.append(f"reward_model.judge.max_new_tokens: must be >= 1, got {judge.max_new_tokens}")
-    if judge.engine != "hf" and importlib.util.find_spec(judge.engine) is None:
-        p.append(f"reward_model.judge.engine: {judge.engine!r} is not installed (pip install 'relay[{judge.engine}]')")
+    if (err := engine_import_error(judge.engine)) is not None:
+        p.append(f"reward_model.judge.engine: {err}")
     return p
 
 

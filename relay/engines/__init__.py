@@ -1,22 +1,30 @@
-"""Rollout engines behind one protocol (relay.engines.base.Engine)."""
+"""Rollout engines behind one protocol (relay.engines.base.Engine), built by name from the
+registry (relay/config/engine_registry.py ENGINES). Importing this package imports no engine: a
+class is imported when an engine is built, so the driver never loads torch, vLLM or SGLang."""
 
 from __future__ import annotations
 
+import importlib
 
-def make_engine(cfg, model_path: str):
-    """The engine named by cfg.rollout.engine; native options pass through untouched."""
+from relay.config.engine_registry import ENGINES
+from relay.engines.base import Engine
+
+
+def engine_class(name: str) -> type:
+    """The class registered as `name`, imported now."""
+    if name not in ENGINES:
+        raise ValueError(f"rollout.engine: {name!r} is not available in this build (known: {', '.join(ENGINES)})")
+    module, _, attr = ENGINES[name].engine_class.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_engine(cfg, model_path: str) -> Engine:
+    """The engine named by cfg.rollout.engine; native options pass through untouched. Every engine
+    takes (model_path, dtype, tokenizer_path, trust_remote_code, **engine_kwargs); one that serves
+    LoRA adapters also takes `lora`: the config to serve, or None when syncs send merged weights."""
     m, r = cfg.model, cfg.rollout
-    if r.engine == "hf":
-        from relay.engines.hf import HFEngine
-
-        return HFEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
-    if r.engine == "vllm":
-        from relay.engines.vllm import VLLMEngine
-
-        lora = m.lora if m.lora.sends_adapters("vllm") else None
-        return VLLMEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
-    if r.engine == "sglang":
-        from relay.engines.sglang import SGLangEngine
-
-        return SGLangEngine(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
-    raise ValueError(f"rollout.engine: {r.engine!r} is not available in this build")
+    cls = engine_class(r.engine)
+    if ENGINES[r.engine].can.max_lora_adapter_rank > 0:
+        lora = m.lora if m.lora.sends_adapters(r.engine) else None
+        return cls(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
+    return cls(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)

@@ -1,17 +1,25 @@
-"""The Engine protocol: token ids in, token ids and logprobs out; weights updated in place."""
+"""The Engine protocol: token ids in, token ids and logprobs out; weights updated in place.
+
+Every call relay makes on an engine is declared here, so an engine that has these members works
+everywhere one is used (the agent loop, the rollout worker, the weight receiver, the judge).
+Which engines exist and what each can do beyond the protocol is relay/config/engine_registry.py.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # for the annotations only: this module stays importable without transformers or torch
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 # New weights for Engine.update_weights: HF parameter name -> tensor (or numpy array), either as a
 # mapping or as a one-pass stream of (name, tensor) pairs. A stream (the broadcast receiver's,
 # relay.weights.transfer.ReceivedWeights) holds one bucket at a time: engines copy each tensor
 # before asking for the next, so a worker never needs a second full copy of the model.
 Weights = Mapping[str, Any] | Iterable[tuple[str, Any]]
-
 
 
 def named_items(weights: Weights) -> Iterator[tuple[str, Any]]:
@@ -50,10 +58,26 @@ class Completion:
 
 
 class Engine(Protocol):
-    """Every rollout engine (hf, vllm, sglang) implements this."""
+    """Every rollout engine implements this. relay.engines.make_engine builds one as
+    `Class(model_path, dtype, tokenizer_path, trust_remote_code, **rollout.engine_kwargs)`, plus
+    `lora=` where its capability record serves LoRA adapters."""
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
-        """One list of `sampling.n` completions per prompt, in prompt order."""
+    # The model's tokenizer: the agent loop renders prompts and decodes turns with it, so its ids
+    # are the ones the engine reads and writes.
+    tokenizer: PreTrainedTokenizerBase
+
+    def generate(
+        self,
+        prompt_token_ids: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        chunk: int = 0,
+        between: Callable[[], None] | None = None,
+    ) -> list[list[Completion]]:
+        """One list of `sampling.n` completions per prompt, in prompt order. chunk > 0 (rollout.partial,
+        engines whose record has partial_rollouts; others raise): `chunk` new tokens at a time,
+        `between()` run between two chunks (it may load new weights; Completion.versions says which
+        version sampled each token)."""
         ...
 
     def update_weights(self, weights: Weights, version: int) -> None:
@@ -61,10 +85,30 @@ class Engine(Protocol):
         ...
 
     @property
-    def weight_version(self) -> int: ...
+    def weight_version(self) -> int:
+        """The version of the weights generating now (0: the weights it started with)."""
+        ...
 
     def sleep(self) -> None:
         """Free what can be freed (KV cache) while the learner trains; no-op where unsupported."""
         ...
 
     def wake(self) -> None: ...
+
+    def shutdown(self) -> None:
+        """Stop what the engine started (child processes, GPU memory) now rather than at exit."""
+        ...
+
+
+class SharingEngine(Engine, Protocol):
+    """An engine whose record has colocate (resources.colocate, actors/colocated.py): built on the
+    learner's own module instead of a copy, so a weight sync loads nothing and only tags the version."""
+
+    @classmethod
+    def sharing(cls, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, **engine_kwargs) -> SharingEngine:
+        """An engine that generates from `model` itself."""
+        ...
+
+    def set_weight_version(self, version: int) -> None:
+        """The shared module holds the trained weights already: name their version."""
+        ...

@@ -203,6 +203,9 @@ class HFEngine:
     def wake(self) -> None:
         pass
 
+    def shutdown(self) -> None:  # nothing runs beside the model, which goes with the engine
+        pass
+
 
 @torch.no_grad()
 def load_named_tensors(model: torch.nn.Module, weights: Weights) -> None:

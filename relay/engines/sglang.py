@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,7 +84,16 @@ class SGLangEngine:
     def weight_version(self) -> int:
         return self._version
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompt_token_ids: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        chunk: int = 0,
+        between: Callable[[], None] | None = None,
+    ) -> list[list[Completion]]:
+        if chunk > 0:  # its registry record has no partial_rollouts: the config check refuses rollout.partial
+            raise ValueError("the sglang engine cannot generate in chunks (rollout.partial)")
         if not prompt_token_ids:
             return []
         if self._asleep:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -113,7 +114,12 @@ class VLLMEngine:
     # -- generation ---------------------------------------------------------------------------
 
     def generate(
-        self, prompt_token_ids: list[list[int]], sampling: SamplingParams, *, chunk: int = 0, between=None
+        self,
+        prompt_token_ids: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        chunk: int = 0,
+        between: Callable[[], None] | None = None,
     ) -> list[list[Completion]]:
         """chunk > 0 (rollout.partial): `chunk` new tokens per request, `between()` between two (vllm_chunked.py)."""
         if not prompt_token_ids:

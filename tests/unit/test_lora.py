@@ -167,7 +167,9 @@ def test_what_a_sync_sends_follows_the_engine_and_is_checked():
     assert [p.split(":")[0] for p in error.value.problems] == ["model.lora.sync"]
     with pytest.raises(ConfigError) as error:
         load_config(None, ["model.lora.rank=1024", "rollout.engine=vllm"])
-    assert error.value.problems == ["model.lora.rank: vLLM serves adapters up to rank 512; use model.lora.sync=merged"]
+    assert error.value.problems == [
+        "model.lora.rank: the vllm engine serves adapters up to rank 512; use model.lora.sync=merged"
+    ]
 
 
 def test_adapter_weights_carry_peft_file_names(tiny_model_path):

@@ -13,6 +13,7 @@ import torch
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.algos.losses import truncated_is_weights
 from relay.config import ConfigError, load_config
+from relay.config.engine_registry import engines_that
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine
 from relay.models.shipped import shipped_model
@@ -158,10 +159,10 @@ def test_partial_needs_an_overlapped_mode_tis_cap_and_a_chunking_engine():
     assert "set resources.weight_sync=object_store" in text
     [off] = problems(["training.mode=async", "rollout.partial=true", "algorithm.tis_cap=0"])
     assert off.startswith("rollout.partial: tokens sampled by older weights need importance weights")
-    # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang is refused by name
-    # (whether or not either is installed here)
+    # vLLM generates in chunks too (tests/engines/test_vllm_partial.py); SGLang's capability record
+    # says it cannot (whether or not either is installed here)
     assert problems([*base, "rollout.engine=vllm"]) == []
+    can = ", ".join(engines_that(lambda c: c.partial_rollouts))  # hf, vllm
     assert (
-        "rollout.partial: needs rollout.engine hf or vllm (they generate in chunks and load weights between them), "
-        "not sglang"
+        f"rollout.partial: the sglang engine cannot generate in chunks and load weights between them (engines that can: {can})"
     ) in problems([*base, "rollout.engine=sglang"])

@@ -89,6 +89,8 @@ def test_single_turn_agent_loop_feeds_raw_prompts_to_the_engine():
     seen = []
 
     class Engine:
+        weight_version = 0
+
         def generate(self, prompts, params):
             seen.extend(prompts)
             return [[Completion(token_ids=[tok.eos_token_id], logprobs=[0.0], finish_reason="stop")] for _ in prompts]
