@@ -20,6 +20,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.serializable import unpicklable, unserializable_record
 from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
 from actors.weight_ends import WeightReceiver
 from actors.weights import node_id
@@ -30,6 +31,7 @@ from relay.data import row_messages
 from relay.engines import make_engine
 from relay.engines.base import SamplingParams
 from relay.envs.scoring import Scorer
+from relay.failures import print_failure
 from relay.shared_weights import SharedWeightsHandle
 from relay.staged_weights import StagedWeights
 from relay.tools.parsers import ToolCall, get_parser
@@ -166,6 +168,7 @@ class RolloutWorker:
     ) -> tuple[list[Sample], dict[str, float]]:
         start, idle = self._begin()
         samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes())
+        samples = self._serializable(samples)
         return samples, self._report(samples, time.perf_counter() - start, idle)
 
     def rollout_stream(
@@ -187,6 +190,7 @@ class RolloutWorker:
             rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes()
         ):
             seconds = time.perf_counter() - start
+            group = self._serializable(group)
             yield group, self._report(group, seconds, idle)
             start, idle = time.perf_counter(), 0.0  # the scoring is not generation time
 
@@ -202,11 +206,33 @@ class RolloutWorker:
             max_live=self.cfg.rollout.max_live_episodes,
         )
 
+    def _serializable(self, samples: list[Sample]) -> list[Sample]:
+        """The samples, each one that would not pickle (model or environment data nested past the
+        recursion limit, an object no pickler takes) replaced by its failed-sample record: one bad
+        episode is counted (faults/unserializable_samples) instead of failing the whole return."""
+        out = list(samples)
+        for i, why in unpicklable(samples):
+            self.faults.count("unserializable_samples")
+            n, where = (
+                int(self.faults.totals["unserializable_samples"]),
+                f"episode {out[i].meta.get('episode_id', '?')}",
+            )
+            print_failure(
+                n,
+                f"relay: {where} cannot be serialized ({why}); kept as a failed-sample record",
+                f"relay: {n} episodes could not be serialized so far; the latest, {where}: {why}",
+            )
+            out[i] = unserializable_record(out[i], why)
+        return out
+
     def _report(self, samples: list[Sample], seconds: float, idle: float) -> dict[str, float]:
         """Score the samples; the metrics of the call (or of one group of a stream)."""
         for s in samples:
             s.meta["worker"] = self.index
-        reward_seconds = self.score(samples)
+        reward_seconds = self.score(samples)  # records too: an environment pool hands their instances back
+        for s in samples:
+            if "unserializable" in s.meta:  # never trained on (relay/envs/scoring.py neutralizes it)
+                s.reward, s.reward_error = 0.0, f"the episode could not be serialized: {s.meta['unserializable']}"
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {
             "rollout/tokens": tokens,
