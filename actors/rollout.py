@@ -60,7 +60,10 @@ class RolloutWorker:
         tool_executors: list | None = None,
         engine=None,
     ):
+        """`env_pool` and `tool_executors`: actor handles, or the actors' names (actors/pools.py),
+        looked up here, so that each restart finds the current actors."""
         torch.set_num_threads(num_threads)
+        env_pool, tool_executors = by_name(env_pool), [by_name(t) for t in tool_executors or []]
         self.cfg, self.index = cfg, worker_index
         # `engine`: one made elsewhere (actors/colocated.py: an HF engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
@@ -327,6 +330,11 @@ class RolloutWorker:
 
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()
+
+
+def by_name(actor):
+    """The actor handle for an actor's name (a str), or `actor` itself (a handle, or None)."""
+    return ray.get_actor(actor) if isinstance(actor, str) else actor
 
 
 def peak_rss_mb() -> float:
