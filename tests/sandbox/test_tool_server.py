@@ -231,7 +231,7 @@ def test_code_over_max_code_bytes_is_refused_before_it_waits(serve):
 
 
 def test_a_waiting_request_holds_its_code_not_its_body_too(serve):
-    server, runner = serve(max_concurrency=1, read_timeout_s=30)
+    server, runner = serve(max_concurrency=1, read_timeout_s=30, sandbox_limits=SandboxConfig(max_code_bytes=2**22))
     busy = threading.Thread(target=call, args=(server, "block", "a"))
     busy.start()
     wait_for(server, running=1)
@@ -243,7 +243,10 @@ def test_a_waiting_request_holds_its_code_not_its_body_too(serve):
         base = tracemalloc.get_traced_memory()[0]
         for t in senders:
             t.start()
-        wait_for(server, waiting=n)
+        end = time.monotonic() + 20
+        while sum(map(len, list(server.queue._queues.values()))) < n:  # read, decoded, waiting for the slot
+            assert time.monotonic() < end, server.health()
+            time.sleep(0.01)
         held = (tracemalloc.get_traced_memory()[0] - base) / n
     finally:
         tracemalloc.stop()
