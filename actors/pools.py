@@ -321,7 +321,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups, restarts)
         # Rollout workers get their EnvPool and the executors by name and look them up: an actor handle
         # among a restartable actor's constructor arguments puts the arguments in the object store,
-        # where a restart may not find them (Ray logs an error for it: ray-project/ray#53727).
+        # where a restart may not find them once they went out of scope (Ray logs that at error level).
         env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
         tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
         if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)

@@ -47,7 +47,7 @@ from relay.data import row_messages
 from relay.engines.base import Completion, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.failures import print_failure
-from relay.tools.parsers import ParseResult, ToolCall, ToolParser
+from relay.tools.calls import ParseResult, ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import FinishReason, Sample
 

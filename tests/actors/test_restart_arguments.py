@@ -1,8 +1,8 @@
 """Restartable actors get their constructor arguments inline, never from the object store.
 
 Ray puts an actor's constructor arguments in the object store when one is an actor handle (or
-is large), and then logs at error level that a restart may fail once they go out of scope
-(ray-project/ray#53727). The rollout workers of a task with tools and an environment pool once
+is large), and then logs at error level that a restart may fail once they go out of scope.
+The rollout workers of a task with tools and an environment pool once
 got those actors' handles; they now get their names (actors/pools.py) and look them up.
 """
 
