@@ -216,10 +216,8 @@ class RolloutWorker:
         out = list(samples)
         for i, why in unpicklable(samples):
             self.faults.count("unserializable_samples")
-            n, where = (
-                int(self.faults.totals["unserializable_samples"]),
-                f"episode {out[i].meta.get('episode_id', '?')}",
-            )
+            n = int(self.faults.totals["unserializable_samples"])
+            where = f"episode {out[i].meta.get('episode_id', '?')}"
             print_failure(
                 n,
                 f"relay: {where} cannot be serialized ({why}); kept as a failed-sample record",
