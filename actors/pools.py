@@ -205,7 +205,7 @@ def create_group(
     remote_cls = ray.remote(concurrency_groups=concurrency_groups)(cls) if concurrency_groups else ray.remote(cls)
     return [
         remote_cls.options(
-            name=f"{run_name}/{role}-{i}",
+            name=actor_name(run_name, role, i),
             num_cpus=res.cpus,
             num_gpus=res.gpus,
             max_restarts=max_restarts,
@@ -213,6 +213,11 @@ def create_group(
         ).remote(*make_args(i))
         for i, index in enumerate(indices)
     ]
+
+
+def actor_name(run_name: str, role: str, i: int) -> str:
+    """The name create_group gives actor i of a role (the dashboard shows it; ray.get_actor finds it)."""
+    return f"{run_name}/{role}-{i}"
 
 
 def create_role(cls, role: str, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list):
@@ -314,7 +319,11 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
             actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups, restarts)
-        env, tools = actors.env, actors.tools  # rollout workers call their EnvPool and the executors by handle
+        # Rollout workers get their EnvPool and the executors by name and look them up: an actor handle
+        # among a restartable actor's constructor arguments puts the arguments in the object store,
+        # where a restart may not find them once they went out of scope (Ray logs that at error level).
+        env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
+        tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
         if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)
             make_args = lambda i: (cfg, model_path, threads(res.learner), env[0] if env else None, tools)  # noqa: E731
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups)[0]

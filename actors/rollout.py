@@ -20,6 +20,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.serializable import unpicklable, unserializable_record
 from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
 from actors.weight_ends import WeightReceiver
 from actors.weights import node_id
@@ -31,6 +32,7 @@ from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
 from relay.envs.data import row_messages
 from relay.envs.scoring import Scorer
+from relay.failures import print_failure
 from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolResult
@@ -60,7 +62,10 @@ class RolloutWorker:
         tool_executors: list | None = None,
         engine: Engine | None = None,
     ):
+        """`env_pool` and `tool_executors`: actor handles, or the actors' names (actors/pools.py),
+        looked up here, so that each restart finds the current actors."""
         torch.set_num_threads(num_threads)
+        env_pool, tool_executors = by_name(env_pool), [by_name(t) for t in tool_executors or []]
         self.cfg, self.index = cfg, worker_index
         # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
@@ -168,6 +173,7 @@ class RolloutWorker:
     ) -> tuple[list[Sample], dict[str, float]]:
         start, idle = self._begin()
         samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes())
+        samples = self._serializable(samples)
         return samples, self._report(samples, time.perf_counter() - start, idle)
 
     def rollout_stream(
@@ -189,6 +195,7 @@ class RolloutWorker:
             rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes()
         ):
             seconds = time.perf_counter() - start
+            group = self._serializable(group)
             yield group, self._report(group, seconds, idle)
             start, idle = time.perf_counter(), 0.0  # the scoring is not generation time
 
@@ -204,11 +211,31 @@ class RolloutWorker:
             max_live=self.cfg.rollout.max_live_episodes,
         )
 
+    def _serializable(self, samples: list[Sample]) -> list[Sample]:
+        """The samples, each one that would not pickle (model or environment data nested past the
+        recursion limit, an object no pickler takes) replaced by its failed-sample record: one bad
+        episode is counted (faults/unserializable_samples) instead of failing the whole return."""
+        out = list(samples)
+        for i, why in unpicklable(samples):
+            self.faults.count("unserializable_samples")
+            n = int(self.faults.totals["unserializable_samples"])
+            where = f"episode {out[i].meta.get('episode_id', '?')}"
+            print_failure(
+                n,
+                f"relay: {where} cannot be serialized ({why}); kept as a failed-sample record",
+                f"relay: {n} episodes could not be serialized so far; the latest, {where}: {why}",
+            )
+            out[i] = unserializable_record(out[i], why)
+        return out
+
     def _report(self, samples: list[Sample], seconds: float, idle: float) -> dict[str, float]:
         """Score the samples; the metrics of the call (or of one group of a stream)."""
         for s in samples:
             s.meta["worker"] = self.index
-        reward_seconds = self.score(samples)
+        reward_seconds = self.score(samples)  # records too: an environment pool hands their instances back
+        for s in samples:
+            if "unserializable" in s.meta:  # never trained on (relay/envs/scoring.py neutralizes it)
+                s.reward, s.reward_error = 0.0, f"the episode could not be serialized: {s.meta['unserializable']}"
         tokens = sum(s.num_model_tokens for s in samples)
         metrics = {
             "rollout/tokens": tokens,
@@ -303,6 +330,11 @@ class RolloutWorker:
 
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()
+
+
+def by_name(actor):
+    """The actor handle for an actor's name (a str), or `actor` itself (a handle, or None)."""
+    return ray.get_actor(actor) if isinstance(actor, str) else actor
 
 
 def peak_rss_mb() -> float:

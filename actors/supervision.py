@@ -53,7 +53,17 @@ ATTEMPTS_PER_CALL = 4
 #   retried_shards  rollout shards redone (same prompts, same seed) on a replacement
 #   retried_calls   other calls redone (tool batches, scoring, weight loads)
 #   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
-FAULT_COUNTS = ("actor_errors", "timeouts", "restarts", "retried_shards", "retried_calls", "duplicated_samples")
+#   unserializable_samples  episodes a rollout worker could not pickle, returned as failed-sample
+#                   records (actors/serializable.py) instead of failing the rollout's return
+FAULT_COUNTS = (
+    "actor_errors",
+    "timeouts",
+    "restarts",
+    "retried_shards",
+    "retried_calls",
+    "duplicated_samples",
+    "unserializable_samples",
+)
 
 
 class ShardLost(RuntimeError):

@@ -46,7 +46,8 @@ from relay.engines.base import Completion, Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.envs.chat import ChatFormat
 from relay.envs.data import row_messages
-from relay.tools.calls import ToolCall, ToolParser
+from relay.failures import print_failure
+from relay.tools.calls import ParseResult, ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import FinishReason, Sample
 
@@ -108,6 +109,7 @@ class AgentLoop:
         self.parser, self.run_tools = parser, run_tools
         self.env_reset, self.env_step, self.env_close = env_reset, env_step, env_close
         self.system_prompt, self.partial_chunk, self.pause = system_prompt, partial_chunk, pause
+        self.parser_failures = 0  # parse calls that raised (see _parse)
         self.format = ChatFormat(tokenizer, tool_schemas, prompt_format)
         if parser is not None or env_step is not None:
             if self.format.prompt_format == "raw":
@@ -246,7 +248,7 @@ class AgentLoop:
             # single-turn rollout, whose budget is one turn, ends with "length")
             cut_by_budget = len(tokens) >= room and room < self.limits.max_tokens_per_turn
             e.finish = FinishReason.BUDGET if cut_by_budget else FinishReason.LENGTH
-        elif self.parser is not None and (parsed := self.parser.parse(text)):
+        elif self.parser is not None and (parsed := self._parse(text)):
             if e.tool_turns >= self.limits.max_tool_turns or e.turns >= self.limits.max_turns:
                 e.finish = FinishReason.MAX_TURNS  # no turn left to read the results with: do not run them
             else:
@@ -256,6 +258,21 @@ class AgentLoop:
             e.action = text
         else:
             e.finish = FinishReason.STOP
+
+    def _parse(self, text: str) -> ParseResult:
+        """The parser's calls and errors. A parser that raised (hostile text met a bug in it) costs the
+        turn, not the rollout: the model reads one error line, and the failure is printed (rate-limited)."""
+        try:
+            return self.parser.parse(text)
+        except Exception as e:
+            self.parser_failures += 1
+            where = f"tool parser {self.parser.name!r} raised {type(e).__name__} on a turn of {len(text)} characters"
+            print_failure(
+                self.parser_failures, f"relay: {where}: {e}", f"relay: {self.parser_failures} parser failures so far"
+            )
+            return ParseResult(
+                errors=[f"the tool call could not be read ({type(e).__name__}); write it again, simpler"]
+            )
 
     def _tools(self, episodes: list[_Episode]) -> None:
         calls = [c for e in episodes for c in e.calls]

@@ -59,6 +59,13 @@ JSON_FAILURES = (ValueError, RecursionError)
 
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*$", re.S)
 
+# Levels of nested objects and lists a call's arguments may have, the arguments object itself
+# being level 1. Real tools take flat arguments or a few levels; model text nested hundreds deep
+# decodes within the interpreter's recursion limit but then cannot cross actors: pickling it (Ray
+# returning a rollout's Samples, whose tool-call records hold the arguments) hits that limit and
+# fails the whole rollout. Deeper arguments are a parse error the model reads, in every parser.
+MAX_ARGUMENT_DEPTH = 32
+
 
 def _strip_fence(text: str) -> str:
     m = _FENCE.match(text)
@@ -68,6 +75,30 @@ def _strip_fence(text: str) -> str:
 def _short(text: str, n: int = 80) -> str:
     text = text.strip().replace("\n", "\\n")
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _nesting_depth(value: Any, limit: int) -> int:
+    """Levels of nested dicts, lists, tuples and sets in `value` (a scalar: 0), counted without
+    recursion (the value may be nested past the recursion limit); stops once past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _checked_call(name: str, arguments: dict[str, Any], raw: str, where: str) -> ToolCall | str:
+    """The call, or the error line that refuses it: arguments nested deeper than MAX_ARGUMENT_DEPTH."""
+    if _nesting_depth(arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+        return f"{where} ({name}): arguments nested more than {MAX_ARGUMENT_DEPTH} levels deep; pass flatter values"
+    return ToolCall(name=name, arguments=arguments, raw=raw)
 
 
 def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
@@ -91,7 +122,7 @@ def _call_from_obj(obj: Any, raw: str, where: str) -> ToolCall | str:
         args = {}
     if not isinstance(args, dict):
         return f'{where}: "arguments" of {name!r} must be a JSON object, got {type(args).__name__}'
-    return ToolCall(name=name, arguments=args, raw=raw)
+    return _checked_call(name, args, raw, where)
 
 
 def _json_reason(e: Exception) -> str:

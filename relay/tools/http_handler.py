@@ -48,6 +48,9 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self._replied = False
+        # What http.server sets only once a request line was read: a 408 to a client that never sent
+        # one (idle, or a line cut short) logs and writes these, and without them raised AttributeError.
+        self.requestline, self.command, self.request_version = "", "", self.protocol_version
         self._reader = DeadlineReader(self.connection, time.monotonic() + self.server.owner.cfg.read_timeout_s)
         self.rfile = io.BufferedReader(self._reader)
 
@@ -56,6 +59,7 @@ class Handler(BaseHTTPRequestHandler):
             super().handle()
         finally:
             if self._reader.expired and not self._replied:  # the head never arrived in time
+                log.info("%s: no request within the read deadline: 408", self.address_string())
                 try:
                     self._error(408, "request not received within the read deadline")
                 except OSError:
@@ -131,12 +135,17 @@ class Handler(BaseHTTPRequestHandler):
                 log.debug("client %s went away mid-body: %s", client, e)
                 return
             code, why = parse_body(body) if len(body) == length else (None, "request body cut short")
+            del body  # a request waiting for a slot holds only its code, not its raw body too
         except BaseException:
             owner.queue.withdraw(client)
             raise
         if code is None:
             owner.queue.withdraw(client)
             self._error(400, why)
+            return
+        if too_large := owner.code_too_large(code, at_most=length):  # refused before it waits for a slot
+            owner.queue.withdraw(client)
+            self._error(413, too_large)
             return
         # Only the code goes on. Fields such as "timeout" or "memory_mb" are ignored on purpose:
         # limits come from the server's configuration, never from a model's tool call.

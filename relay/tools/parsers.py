@@ -13,7 +13,9 @@ Formats (each documented on its class):
   "function_call"  [f(a=1, b="x"), g()]                                   (Llama 3.2+ "pythonic")
 
 Malformed calls never raise: each becomes a line in `errors`, written for the model to read and
-fix on its next turn. Text that is not a call at all is ignored (no calls, no errors).
+fix on its next turn. Text that is not a call at all is ignored (no calls, no errors). Arguments
+nested deeper than MAX_ARGUMENT_DEPTH (relay/tools/calls.py) are refused the same way, in every
+format, and no parser recurses on the model's nesting: hostile text never meets the recursion limit.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ import json
 import re
 from typing import Any, ClassVar
 
+from relay.tools.call_syntax import dotted_name, syntax_depth
 from relay.tools.calls import (
     _LENIENT,
     JSON_FAILURES,
+    MAX_ARGUMENT_DEPTH,
     ParseResult,
     ToolCall,
     ToolParser,
     _call_from_obj,
+    _checked_call,
     _json_error,
     _short,
     _strip_fence,
@@ -69,7 +74,8 @@ class TagParser:
             if not code.strip():
                 res.errors.append(f"empty {self.open_tag}{self.close_tag}: put Python code between the tags")
             else:
-                res.calls.append(ToolCall(self.tool_name, {"code": code}, raw))
+                call = _checked_call(self.tool_name, {"code": code}, raw, "tool call")  # one string: never too deep
+                (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
             pos = end + len(self.close_tag)
         return res
 
@@ -272,7 +278,8 @@ class ReActParser:
                 if not isinstance(obj, dict):
                     res.errors.append(f"{where} ({name}): Action Input must be a JSON object or plain text")
                     continue
-                res.calls.append(ToolCall(name, obj, raw))
+                call = _checked_call(name, obj, raw, where)
+                (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
             else:
                 arg = self.text_arguments.get(name, self.default_argument)
                 res.calls.append(ToolCall(name, {arg: stripped}, raw))
@@ -335,26 +342,36 @@ class PythonicParser:
 
     @staticmethod
     def _call(node: ast.expr, k: int, src: str) -> ToolCall | str:
+        # Error lines quote the model's own text (ast.get_source_segment), never ast.unparse: unparse
+        # recurses once per level and fails on hostile nesting that ast.parse accepted (400 "-" signs).
+        def text(part: ast.AST) -> str:
+            return _short(ast.get_source_segment(src, part) or "", 40)
+
         where = f"call {k}"
         if not isinstance(node, ast.Call):
-            return f"{where}: expected name(arg=value, ...), got {ast.unparse(node)!r}"
-        name = ast.unparse(node.func)
-        if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
-            return f"{where}: {name!r} is not a tool name"
+            return f"{where}: expected name(arg=value, ...), got {text(node)!r}"
+        name = dotted_name(node.func)
+        if name is None or not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            return f"{where}: {text(node.func)!r} is not a tool name"
         if node.args:
             return f"{where} ({name}): pass arguments by keyword, e.g. {name}(x=1)"
         args = {}
         for kw in node.keywords:
             if kw.arg is None:
                 return f"{where} ({name}): **kwargs is not allowed; pass arguments by keyword"
+            # literal_eval recurses once per level too, so syntax deeper than any allowed value is
+            # refused unread: a value allowed under the arguments object (MAX_ARGUMENT_DEPTH - 1 levels)
+            # is at most MAX_ARGUMENT_DEPTH + 2 nodes deep (its leaf may be -1+2j: three nodes).
+            if syntax_depth(kw.value, MAX_ARGUMENT_DEPTH + 2) > MAX_ARGUMENT_DEPTH + 2:
+                return f"{where} ({name}): argument {kw.arg!r} is nested more than {MAX_ARGUMENT_DEPTH} levels deep"
             try:
                 args[kw.arg] = ast.literal_eval(kw.value)
             except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
                 return (
                     f"{where} ({name}): argument {kw.arg!r} must be a literal value (string, "
-                    f"number, list, dict, True/False/None), got {_short(ast.unparse(kw.value), 40)!r}"
+                    f"number, list, dict, True/False/None), got {text(kw.value)!r}"
                 )
-        return ToolCall(name, args, ast.get_source_segment(src, node) or ast.unparse(node))
+        return _checked_call(name, args, ast.get_source_segment(src, node) or "", where)
 
     def format_result(self, call: ToolCall, result_text: str) -> str:
         return result_text

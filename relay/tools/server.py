@@ -7,7 +7,8 @@ Protocol:
                 "killed_reason", "seconds"}          the code ran (whatever it did)
         400 the body is not JSON for any reason (invalid UTF-8, too deep, a huge number, cut
             short) or has no "code" string        408 the request did not arrive by the read
-        deadline   411 no Content-Length   413 body too large   429 full: too many waiting
+        deadline   411 no Content-Length   413 body too large, or code over
+        sandbox_limits.max_code_bytes (refused before it waits for a slot)   429 full: too many waiting
         requests (all, or this client's) or connections   500 the sandbox itself failed
     GET /health -> {"ok": true, "sandbox": "bwrap", "running": n, "waiting": m, ...}
 
@@ -115,8 +116,21 @@ class ToolServer:
             },
         }
 
+    def code_too_large(self, code: str, at_most: int | None = None) -> str | None:
+        """Why `code` is refused unrun (over sandbox_limits.max_code_bytes), else None. `at_most`: a
+        bound on its UTF-8 size known without encoding it (the body's Content-Length: JSON escapes
+        are never shorter than what they encode), so most requests are not measured at all."""
+        limit = self.cfg.sandbox_limits.max_code_bytes
+        if at_most is not None and at_most <= limit:
+            return None
+        if len(code.encode("utf-8", errors="surrogatepass")) > limit:
+            return f"code is larger than {limit} bytes; not run"
+        return None
+
     def execute(self, code: str, client: str = "local") -> tuple[int, dict]:
         """(HTTP status, body): take a place in line for `client`, wait for a slot, run the code."""
+        if too_large := self.code_too_large(code):  # the sandbox would refuse it too, after the wait
+            return 413, failure(too_large)
         refused = self.queue.admit(client)
         if refused:
             return 429, failure(refused)

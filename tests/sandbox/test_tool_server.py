@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 
-from relay.config import ToolServerConfig
+from relay.config import SandboxConfig, ToolServerConfig
 from relay.tools.http_handler import CLIENT_HEADER
 from relay.tools.sandbox import SandboxResult
 from relay.tools.server import ToolServer
@@ -198,3 +200,57 @@ def test_health_and_good_calls_after_the_abuse(serve):
     assert call(server, "print(1)", "a")[0] == 200
     h = server.health()
     assert h["ok"] and h["running"] == h["waiting"] == h["clients"] == 0 and h["served"] == 1
+
+
+@pytest.mark.parametrize("head", [b"", b"POST /exec"], ids=["idle", "request-line-cut"])
+def test_no_request_line_by_the_deadline_is_408_and_one_log_line(serve, head, caplog, capfd):
+    server, runner = serve(read_timeout_s=0.5)
+    with caplog.at_level(logging.INFO, logger="relay.tools.server"):
+        status, reply = raw(server, head, hold_open=True)
+    assert status == 408 and "read deadline" in reply["error"]
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(lines) == 1 and "408" in lines[0].getMessage(), lines
+    assert "Traceback" not in capfd.readouterr().err  # socketserver prints a handler's exception there
+    assert runner.ran == [] and server.health()["waiting"] == 0
+
+
+def test_code_over_max_code_bytes_is_refused_before_it_waits(serve):
+    server, runner = serve(max_concurrency=1, sandbox_limits=SandboxConfig(max_code_bytes=1000))
+    busy = threading.Thread(target=call, args=(server, "block", "a"))
+    busy.start()
+    wait_for(server, running=1)
+    for code in ["x" * 1001, "é" * 501]:  # bytes, not characters, count
+        status, reply = call(server, code, "b")  # answered while the only slot is still busy
+        assert status == 413 and "larger than 1000 bytes" in reply["error"]
+    assert call(server, "\\n" * 600, "b")[0] == 413  # 1200 bytes of code from 2400 bytes of JSON
+    assert server.health()["waiting"] == 0
+    runner.gate.set()
+    busy.join()
+    assert call(server, "x" * 1000, "b")[0] == 200
+    assert runner.ran == ["block", "x" * 1000]
+
+
+def test_a_waiting_request_holds_its_code_not_its_body_too(serve):
+    server, runner = serve(max_concurrency=1, read_timeout_s=30, sandbox_limits=SandboxConfig(max_code_bytes=2**22))
+    busy = threading.Thread(target=call, args=(server, "block", "a"))
+    busy.start()
+    wait_for(server, running=1)
+    n, code = 4, "x = 1  # " + "a" * 1_900_000
+    requests = [post(server, json.dumps({"code": code}).encode(), client=f"c{i}") for i in range(n)]
+    senders = [threading.Thread(target=raw, args=(server, r)) for r in requests]
+    tracemalloc.start()  # the requests' bytes were made before: what grows is the server's
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for t in senders:
+            t.start()
+        end = time.monotonic() + 20
+        while sum(map(len, list(server.queue._queues.values()))) < n:  # read, decoded, waiting for the slot
+            assert time.monotonic() < end, server.health()
+            time.sleep(0.01)
+        held = (tracemalloc.get_traced_memory()[0] - base) / n
+    finally:
+        tracemalloc.stop()
+        runner.gate.set()
+        for t in [busy, *senders]:
+            t.join()
+    assert held < 1.25 * len(code), held  # the decoded code; the raw body too would be 2x

@@ -273,3 +273,44 @@ def test_real_engine_tokens_trained_are_tokens_sampled(hf_engine, qwen_tok, temp
         last = s.response_ids[-1:]
         tail = "\n" if last == [tokenizer.eos_token_id] else EOS + "\n"
         assert decoded(tokenizer, s) + tail == rendered(tokenizer, conversation)
+
+
+class RaisingParser:
+    """A parser with a bug that hostile text reaches (as RecursionError reached function_call's)."""
+
+    name, stop_strings, result_role = "raising", (), "tool"
+
+    def parse(self, text: str) -> ParseResult:
+        if "[" in text:
+            raise RecursionError("maximum recursion depth exceeded")
+        return ParseResult()
+
+    def format_result(self, call: ToolCall, result_text: str) -> str:
+        return result_text
+
+
+@pytest.mark.parametrize(
+    "parser, turn",
+    [
+        (RaisingParser(), "[f(a=1)]"),
+        (get_parser("function_call"), "[f(a=" + "-" * 400 + "1)]"),
+        (get_parser("hermes"), '<tool_call>{"name": "python", "arguments": {"code": ' + "[" * 40 + "]" * 40 + "}}"),
+    ],
+    ids=["parser-raises", "deep-unary", "deep-arguments"],
+)
+def test_a_turn_no_parser_can_read_is_an_error_the_model_reads(tok, parser, turn):
+    seen = []
+
+    def script(k, text):
+        seen.append(text)
+        return [turn + EOS, "sorry" + EOS][min(k, 1)]
+
+    engine = ScriptedEngine(tok, script)
+    ran = []
+    loop = AgentLoop(
+        engine, tok, AgentLimits(max_tokens_per_turn=1000, max_total_tokens=4000), parser=parser, run_tools=ran.extend
+    )
+    [s] = loop.run([{"prompt": "hi"}], SamplingParams(), n=1)
+    assert ran == [] and s.finish_reason == "stop" and len(s.turn_spans) == 2
+    assert s.tool_calls[0]["name"] is None and not s.tool_calls[0]["ok"]
+    assert "Error: " in seen[1]  # the model read why, next turn

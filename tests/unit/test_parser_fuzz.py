@@ -9,6 +9,7 @@ any argument problem of a parsed call into an error result.
 from __future__ import annotations
 
 import json
+import pickle
 import string
 from typing import Literal
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay.tools.calls import _LENIENT, JSON_FAILURES, ParseResult, ToolCall
+from relay.tools.calls import _LENIENT, JSON_FAILURES, MAX_ARGUMENT_DEPTH, ParseResult, ToolCall, _nesting_depth
 from relay.tools.parsers import PARSERS, _decode_at, get_parser
 from relay.tools.registry import ToolRegistry, ToolResult
 
@@ -315,3 +316,51 @@ def test_registry_hostile_arguments():
         result = REGISTRY.call(ToolCall("f", arguments))
         assert not result.ok and result.error, arguments
     assert REGISTRY.call(ToolCall(["not", "a", "name"], {})).ok is False  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------- nesting depth
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[f(a=" + "-" * 400 + "1)]",  # ast.parse accepts these; ast.unparse and literal_eval recurse per level
+        "[f(a=" + "not " * 400 + "1)]",
+        "[f(), " + "-" * 400 + "1]",
+        "[" + "a." * 400 + "f(x=1)]",
+        "[f(a=" + "(" * 150 + "1" + ")" * 150 + ")]",
+    ],
+    ids=["unary-minus", "not", "list-element", "attribute-chain", "parentheses"],
+)
+def test_deep_python_syntax_is_an_error_line(text):
+    assert check(get_parser("function_call").parse(text))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "tag"])  # tag's one argument is a string
+def test_arguments_nested_past_the_limit_are_refused(name):
+    """A valid call whose arguments are nested past MAX_ARGUMENT_DEPTH (the arguments object is
+    level 1) is an error line, not a call: such a call, kept in a Sample, fails to pickle."""
+    levels_of_wrap = 2 if name in ("function_call", "pythonic") else 1  # f(a={...}): {"a": {...}}
+
+    def parse(depth: int) -> ParseResult:
+        lists = depth - levels_of_wrap
+        return check(get_parser(name).parse(wrap(name, '{"x": ' + "[" * lists + "1" + "]" * lists + "}")))
+
+    allowed = parse(MAX_ARGUMENT_DEPTH)
+    assert allowed.calls and not allowed.errors, allowed.errors
+    pickle.dumps(allowed.calls)
+    refused = parse(MAX_ARGUMENT_DEPTH + 1)
+    assert not refused.calls and f"more than {MAX_ARGUMENT_DEPTH} levels deep" in refused.errors[0], refused
+    # About 970 levels decodes at a shallow stack; deeper in one (here, under pytest) the decoder or
+    # Python's parser may refuse it first: a refusal either way.
+    hostile = parse(970)
+    assert not hostile.calls and hostile.errors
+
+
+def test_depth_is_counted_without_recursion():
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    assert _nesting_depth({"a": deep}, MAX_ARGUMENT_DEPTH) == MAX_ARGUMENT_DEPTH + 1  # stops once past the limit
+    assert _nesting_depth({"a": 1, "b": [1, {"c": (2,)}]}, MAX_ARGUMENT_DEPTH) == 4
+    assert _nesting_depth("text", MAX_ARGUMENT_DEPTH) == 0

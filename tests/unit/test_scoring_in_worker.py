@@ -2,6 +2,9 @@
 EnvPool actor, no round trip); environments and task.reward_actor keep their EnvPool. The worker
 is built in process here, as a plain class."""
 
+import pickle
+import threading
+
 import driver
 from actors.pools import actor_bundles, actor_roles
 from actors.rollout import RolloutWorker
@@ -32,3 +35,31 @@ def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path)
     samples, _ = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     assert all(s.reward == 0.0 and "reward is nan" in s.reward_error for s in samples)
     assert driver.score(samples)["reward/errors"] == 8.0
+
+
+def test_a_sample_that_cannot_be_pickled_becomes_a_counted_record(tiny_model_path):
+    """Model or environment data nested past the recursion limit (or an object no pickler takes)
+    would fail the whole rollout's return inside Ray: that one episode is replaced and counted."""
+    deep: list = []
+    for _ in range(5_000):
+        deep = [deep]
+    worker = RolloutWorker(load_config(None, ["rollout.n=2"]), tiny_model_path, worker_index=0, num_threads=1)
+    run = worker.agent.run
+
+    def run_with_bad_data(*args, **kwargs):
+        samples = run(*args, **kwargs)
+        samples[1].tool_calls.append({"name": "f", "arguments": {"x": deep}, "ok": False, "error": "e", "turn": 0})
+        samples[2].meta["env"] = {"infos": [threading.Lock()]}  # neither pickle nor cloudpickle takes it
+        return samples
+
+    worker.agent.run = run_with_bad_data
+    samples, metrics = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
+    pickle.dumps((samples, metrics))  # what Ray does with the return value
+    assert metrics["faults/unserializable_samples"] == 2.0
+    bad, good = [samples[1], samples[2]], [samples[0], samples[3]]
+    assert all("could not be serialized" in s.reward_error for s in bad)
+    assert "recursion" in bad[0].meta["unserializable"] and bad[0].tool_calls[-1]["arguments"] is None
+    assert "TypeError" in bad[1].meta["unserializable"] and "env" not in bad[1].meta
+    assert all(s.reward_error is None and "unserializable" not in s.meta for s in good)
+    assert [s.group_id for s in samples] == [0, 0, 1, 1] and bad[0].response_ids  # the tokens stay exact
+    assert driver.score(samples)["reward/errors"] == 2.0  # never trained on (neutralized like a reward error)

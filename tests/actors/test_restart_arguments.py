@@ -1,0 +1,47 @@
+"""Restartable actors get their constructor arguments inline, never from the object store.
+
+Ray puts an actor's constructor arguments in the object store when one is an actor handle (or
+is large), and then logs at error level that a restart may fail once they go out of scope.
+The rollout workers of a task with tools and an environment pool once
+got those actors' handles; they now get their names (actors/pools.py) and look them up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.pools import actor_pools
+from relay.config import load_config
+from relay.run.folder import resolve_model_path, task_rows
+from relay.tools.sandbox import SandboxConfig, sandbox_available
+
+REPO = Path(__file__).resolve().parents[2]
+RAY_ERROR = "constructor arguments in the object store"
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-restart-args", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_tool_task_actors_start_without_arguments_in_the_object_store(capfd):
+    cfg = load_config(
+        REPO / "configs/math_tool.yaml",
+        ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"],
+    )
+    assert cfg.resources.max_restarts > 0  # restartable: where Ray checks the arguments
+    with actor_pools(cfg, resolve_model_path(cfg), "restart-args") as actors:
+        assert actors.env and actors.tools
+        # the worker found its environment pool and executors by name: an episode ran on them
+        samples, _ = ray.get(actors.rollout[0].rollout.remote(task_rows(cfg)[0][:1], 0, 0))
+        assert len(samples) == 2 and all(s.meta["env"]["error"] is None for s in samples)
+    assert RAY_ERROR not in capfd.readouterr().err
