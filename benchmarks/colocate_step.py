@@ -28,7 +28,7 @@ def main() -> None:
     from actors.colocated import ColocatedWorker
     from actors.learner import Learner
     from actors.rollout import RolloutWorker
-    from relay.algos import compute_advantages
+    from relay.algos.advantages import compute_advantages
     from relay.config import load_config
     from relay.envs.data import PromptIterator
     from relay.run.folder import resolve_model_path, task_rows

@@ -1,40 +1,14 @@
-"""RL math: advantage estimators, policy/value losses, KL. Pure functions of tensors."""
+"""RL math: advantage estimators, policy and value losses, KL, the objective. Pure functions of tensors.
 
-from relay.algos.advantages import (
-    ESTIMATORS,
-    compute_advantages,
-    mixed_group_mask,
-    overlong_penalty,
-)
-from relay.algos.kl import KL_ESTIMATORS, kl_penalty
-from relay.algos.losses import (
-    POLICY_LOSSES,
-    aggregate,
-    entropy_from_logits,
-    policy_loss,
-    truncated_is_weights,
-    value_loss,
-)
-from relay.algos.names import AGG_MODES, TOKEN_LEVEL_ESTIMATORS
-from relay.algos.utils import masked_mean, masked_sum, masked_var, masked_whiten
+    registry.py         the names algorithm.* chooses among and their hyperparameters (no torch)
+    estimators/         one module per advantage estimator (grpo, gae, ...): name, hyperparameters, math
+    policy_losses/      one module per policy loss (ppo, gspo, cispo, ...): name, hyperparameters, math
+    objective.py        the learner's whole loss and the critic's, composed
+    advantages.py       the estimators' shared pieces, compute_advantages by name, DAPO's helpers
+    losses.py           the policy losses' shared pieces, aggregation, value loss, entropy, IS weights
+    kl.py               KL(pi || ref) estimators
+    utils.py            masked reductions
 
-__all__ = [
-    "ESTIMATORS",
-    "TOKEN_LEVEL_ESTIMATORS",
-    "compute_advantages",
-    "mixed_group_mask",
-    "overlong_penalty",
-    "KL_ESTIMATORS",
-    "kl_penalty",
-    "AGG_MODES",
-    "POLICY_LOSSES",
-    "aggregate",
-    "policy_loss",
-    "truncated_is_weights",
-    "value_loss",
-    "entropy_from_logits",
-    "masked_mean",
-    "masked_sum",
-    "masked_var",
-    "masked_whiten",
-]
+Importing this package loads no torch: the driver validates `algorithm.*` through registry.py
+and kl.py. Import names from their modules.
+"""

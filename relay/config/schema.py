@@ -221,18 +221,24 @@ class ToolServerConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
+    # An advantage estimator and a policy loss are each one module, named by these values:
+    # relay/algos/estimators/<estimator>.py, relay/algos/policy_losses/<policy_loss>.py. The module
+    # declares its hyperparameters (defaults, meaning, checks); set them in estimator_args /
+    # policy_loss_args by name, except the shared ones below (clip_low ... dual_clip_c, gamma, lam).
     estimator: str = "grpo"
+    estimator_args: dict[str, Any] = field(default_factory=dict)  # e.g. {eps: 1.0e-6} for grpo
     policy_loss: str = "ppo"
-    loss_agg: str = "token-mean"
-    clip_low: float = 0.2
+    policy_loss_args: dict[str, Any] = field(default_factory=dict)  # e.g. {eps_high_is: 4.0} for cispo
+    loss_agg: str = "token-mean"  # relay.algos.registry.AGG_MODES
+    clip_low: float = 0.2  # ppo, dual_clip, gspo: r clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2  # > clip_low is DAPO's clip-higher
-    dual_clip_c: float = 3.0
+    dual_clip_c: float = 3.0  # dual_clip: for A < 0 the loss is at most -A * dual_clip_c
     kl_coef: float = 0.0  # 0 with kl_in=loss/reward: no KL term, no reference actor
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: str = "k3"  # k1, k2, k3: relay.algos.kl.KL_ESTIMATORS
     kl_in: Literal["loss", "reward"] = "loss"
     entropy_coef: float = 0.0
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: float = 1.0  # gae, reinforce_plus_plus*: the discount per model token
+    lam: float = 1.0  # gae's lambda
     # Truncated importance sampling: each token weighted by min(pi_learner / pi_rollout, tis_cap), for
     # an engine whose logprobs differ from the learner's and for samples from older weights. null:
     # 2.0 where samples are stale (training.mode one_step_off / async), off in sync; 0: off.

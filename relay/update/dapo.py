@@ -8,10 +8,10 @@ from relay.types import Sample
 
 
 def punish_overlong(samples: list[Sample], max_len: int, buffer_len: int, penalty_factor: float) -> None:
-    """Add DAPO's soft overlong penalty (relay.algos.overlong_penalty) to each sample's reward."""
+    """Add DAPO's soft overlong penalty (relay.algos.advantages.overlong_penalty) to each sample's reward."""
     import torch
 
-    from relay.algos import overlong_penalty
+    from relay.algos.advantages import overlong_penalty
 
     lengths = torch.tensor([float(s.num_model_tokens) for s in samples])
     for s, penalty in zip(samples, overlong_penalty(lengths, max_len, buffer_len, penalty_factor).tolist()):
@@ -19,10 +19,10 @@ def punish_overlong(samples: list[Sample], max_len: int, buffer_len: int, penalt
 
 
 def mixed_groups(samples: list[Sample]) -> list[bool]:
-    """Per sample: does its group hold unequal rewards (relay.algos.mixed_group_mask)?"""
+    """Per sample: does its group hold unequal rewards (relay.algos.advantages.mixed_group_mask)?"""
     import torch
 
-    from relay.algos import mixed_group_mask
+    from relay.algos.advantages import mixed_group_mask
 
     rewards, group_ids = torch.tensor([s.reward for s in samples]), torch.tensor([s.group_id for s in samples])
     return mixed_group_mask(rewards, group_ids).tolist()

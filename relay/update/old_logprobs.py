@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from relay.algos import kl_penalty
+from relay.algos.kl import kl_penalty
 from relay.config import TrainingConfig
 from relay.run.metric_keys import KL_MEAN
 from relay.types import Batch

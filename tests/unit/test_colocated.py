@@ -9,7 +9,7 @@ import torch
 from actors.colocated import ColocatedWorker
 from actors.learner import Learner
 from actors.rollout import RolloutWorker
-from relay.algos import compute_advantages
+from relay.algos.advantages import compute_advantages
 from relay.config import ConfigError, load_config
 from relay.envs.scoring import trainable
 from relay.run import metric_keys as keys

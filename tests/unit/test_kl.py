@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.algos import KL_ESTIMATORS, kl_penalty
+from relay.algos.kl import KL_ESTIMATORS, kl_penalty
 from relay.update.kl_control import AdaptiveKLController, FixedKLController
 
 

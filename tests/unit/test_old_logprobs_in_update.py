@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from actors.learner import Learner
-from relay.algos import kl_penalty, masked_mean
+from relay.algos.kl import kl_penalty
+from relay.algos.utils import masked_mean
 from relay.config import load_config
 from relay.run.metric_keys import KL_MEAN, LEARNER_UPDATE_S
 from relay.types import Batch, Sample

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from relay.algos import aggregate
+from relay.algos.losses import aggregate
 from relay.config import TrainingConfig, load_config
 from relay.types import Batch, Sample
 from relay.update.loop import mini_batch_indices, run_update, shuffle_generator
