@@ -4,7 +4,7 @@
     estimators/         one module per advantage estimator (grpo, gae, ...): name, hyperparameters, math
     policy_losses/      one module per policy loss (ppo, gspo, cispo, ...): name, hyperparameters, math
     objective.py        the learner's whole loss and the critic's, composed
-    advantages.py       the estimators' shared pieces, compute_advantages by name, DAPO's helpers
+    advantages.py       the estimators' shared pieces, compute_advantages by name, DAPO's sample-level steps
     losses.py           the policy losses' shared pieces, aggregation, value loss, entropy, IS weights
     kl.py               KL(pi || ref) estimators
     utils.py            masked reductions

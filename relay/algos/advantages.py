@@ -1,4 +1,4 @@
-"""Advantages: the pieces estimators share, the call by name, and DAPO's sample-level helpers.
+"""Advantages: the pieces estimators share, the call by name, and DAPO's sample-level steps.
 The estimators themselves are relay/algos/estimators/ (that package's docstring: their contract).
 """
 

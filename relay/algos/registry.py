@@ -129,7 +129,7 @@ class Registry(Mapping[str, types.ModuleType]):
         for field, raw in args.items():
             key = f"algorithm.{self.args_field}.{field}"
             if field in shared:
-                problems[key] = f"set algorithm.{field} instead (several entries share it)"
+                problems[key] = f"set algorithm.{field} instead (it has its own key)"
             elif field not in types_by_field:
                 close = difflib.get_close_matches(str(field), list(types_by_field), n=1)
                 hint = f"did you mean {close[0]}?" if close else f"{name} takes {sorted(types_by_field) or 'none'}"
