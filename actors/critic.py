@@ -13,7 +13,7 @@ import torch
 
 from actors.rank_group import RankMember
 from actors.weights import node_id
-from relay.algos.losses import value_loss
+from relay.algos.objective import critic_objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.config import Config
@@ -117,15 +117,8 @@ class Critic:
         return f"Critic(critic-0, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, metrics = value_loss(
-            response_values(self.model, micro),
-            micro.values,
-            micro.returns,
-            micro.loss_mask,
-            clip_range=self.cfg.critic.clip_range,
-            agg_mode="token-mean",
-        )
-        return loss, {"vf_loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
+        values = response_values(self.model, micro)
+        return critic_objective(values, micro.values, micro.returns, micro.loss_mask, self.cfg.critic.clip_range)
 
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         """Weights, optimizer, lr schedule; `as_bytes`: as the Learner's."""

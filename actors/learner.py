@@ -14,8 +14,7 @@ import torch
 from actors.rank_group import RankMember
 from actors.weight_ends import WeightSender
 from actors.weights import node_id
-from relay.algos.kl import kl_penalty
-from relay.algos.losses import aggregate, policy_loss, truncated_is_weights
+from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
@@ -96,7 +95,8 @@ class Learner:
         torch.manual_seed(cfg.run.seed)
         self.cfg = cfg
         self.temperature = cfg.rollout.temperature
-        self.tis_cap = tis_cap(cfg)  # algorithm.tis_cap, its null resolved by training.mode
+        # The whole loss (relay/algos/objective.py); algorithm.tis_cap's null resolved by training.mode
+        self.objective = Objective.from_settings(cfg.algorithm, tis_cap(cfg))
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
         if cfg.model.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
@@ -192,35 +192,18 @@ class Learner:
         )
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        a = self.cfg.algorithm
-        mask = micro.loss_mask
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
         old = logprobs.detach() if micro.old_logprobs is None else micro.old_logprobs
-        is_weights = truncated_is_weights(old, micro.rollout_logprobs, self.tis_cap) if self.tis_cap else None
-        loss, metrics = policy_loss(
-            a.policy_loss,
+        loss, metrics = self.objective(
             logprobs=logprobs,
+            entropy=entropy,
             old_logprobs=old,
+            rollout_logprobs=micro.rollout_logprobs,
+            ref_logprobs=micro.ref_logprobs,
             advantages=micro.advantages,
-            loss_mask=mask,
-            clip_low=a.clip_low,
-            clip_high=a.clip_high,
-            dual_clip_c=a.dual_clip_c,
-            agg_mode=a.loss_agg,
-            is_weights=is_weights,
+            loss_mask=micro.loss_mask,
         )
-        metrics = {k: float(v) for k, v in metrics.items()} | old_logprob_stats(old, micro, a.kl_estimator)
-        metrics["pg_loss"] = float(loss.detach())
-        if a.kl_coef > 0 and a.kl_in == "loss":
-            kl = aggregate(kl_penalty(logprobs, micro.ref_logprobs, a.kl_estimator), mask, a.loss_agg)
-            loss = loss + a.kl_coef * kl
-            metrics["kl_loss"] = float(kl.detach())
-        ent = aggregate(entropy, mask, a.loss_agg)
-        if a.entropy_coef:
-            loss = loss - a.entropy_coef * ent
-        metrics["entropy"] = float(ent.detach())
-        metrics["loss"] = float(loss.detach())
-        return loss, metrics
+        return loss, metrics | old_logprob_stats(old, micro, self.cfg.algorithm.kl_estimator)
 
     # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_out does the work
 

@@ -1,55 +1,37 @@
-"""Advantage estimators: pure functions of tensors, one dict of them.
-
-Every estimator has the same keyword-only signature so the driver can call any of them by
-config name:
-
-    fn(*, rewards [B], loss_mask [B,R], group_ids [B], token_rewards [B,R] | None,
-       values [B,R] | None, gamma, lam, eps, baseline [B] | None) -> (advantages [B,R], returns [B,R])
-
-Arguments an estimator does not use are ignored. Both outputs are 0 wherever loss_mask == 0.
-
-`returns` is the reward-to-go of the real rewards at each model token, without baseline or
-normalization (GAE: advantages + values, the critic's target). Group estimators (grpo,
-dr_grpo, rloo) use only the sequence reward, so their returns are that reward broadcast.
-
-Multi-turn episodes interleave model tokens (loss_mask 1) with observation tokens (loss_mask
-0). Token-level estimators run their recursions over model tokens only, as if observations
-were absent: an observation is not an action, so it neither gets credit nor costs a discount
-step. A token reward that sits on an observation token is credited to the model token just
-before it (the action that caused it); one before the first model token credits no action
-and is dropped.
+"""Advantages: the pieces estimators share, the call by name, and DAPO's sample-level steps.
+The estimators themselves are relay/algos/estimators/ (that package's docstring: their contract).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any
 
 import torch
 
-from relay.algos.utils import masked_whiten
+from relay.algos.registry import ESTIMATORS
 
 
-class AdvantageEstimator(Protocol):
-    def __call__(
-        self,
-        *,
-        rewards: torch.Tensor,
-        loss_mask: torch.Tensor,
-        group_ids: torch.Tensor,
-        token_rewards: torch.Tensor | None = None,
-        values: torch.Tensor | None = None,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        eps: float = 1e-6,
-        baseline: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+def compute_advantages(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Estimator `name` -> (advantages [B,R], returns [B,R]). kwargs: its inputs (rewards, loss_mask,
+    group_ids, token_rewards, values, baseline) and hyperparameters by name (gamma=..., eps=...);
+    hyperparameters only other estimators take are ignored."""
+    module = ESTIMATORS.module(name)
+    names = ESTIMATORS.hyperparameter_names()
+    hyperparameters = ESTIMATORS.from_keywords(name, {k: v for k, v in kwargs.items() if k in names})
+    return module.advantages(hyperparameters, **{k: v for k, v in kwargs.items() if k not in names})
+
+
+def estimate_advantages(algorithm: Any, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The configured estimator (algorithm.estimator, its hyperparameters bound from the algorithm
+    config section: relay/algos/registry.py) on `inputs` -> (advantages [B,R], returns [B,R])."""
+    return ESTIMATORS.module(algorithm.estimator).advantages(ESTIMATORS.bind(algorithm), **inputs)
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# the estimators' shared pieces
 
 
-def _check(rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor) -> None:
+def check_inputs(rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor) -> None:
     if loss_mask.dim() != 2:
         raise ValueError(f"loss_mask must be [B,R], got shape {tuple(loss_mask.shape)}")
     B = loss_mask.shape[0]
@@ -59,7 +41,7 @@ def _check(rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tens
         raise ValueError(f"group_ids must be [B]={B}, got shape {tuple(group_ids.shape)}")
 
 
-def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
+def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
     """Per-row group statistics: (mean [B], unbiased std [B], group size [B])."""
     _, inv = torch.unique(group_ids, return_inverse=True)  # [B] dense group index
     G = int(inv.max()) + 1 if inv.numel() else 0
@@ -73,12 +55,12 @@ def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
     return mean, std, count[inv]
 
 
-def _broadcast(per_row: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+def broadcast_rows(per_row: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """[B] -> [B,R], on model tokens only."""
     return torch.where(loss_mask > 0, per_row[:, None].expand_as(loss_mask), torch.zeros_like(loss_mask))
 
 
-def _token_level_rewards(
+def token_level_rewards(
     rewards: torch.Tensor, loss_mask: torch.Tensor, token_rewards: torch.Tensor | None
 ) -> torch.Tensor:
     """[B,R] rewards living on model tokens only: token_rewards (observation-token ones moved to
@@ -99,7 +81,7 @@ def _token_level_rewards(
     return level
 
 
-def _reward_to_go(level: torch.Tensor, loss_mask: torch.Tensor, gamma: float) -> torch.Tensor:
+def reward_to_go(level: torch.Tensor, loss_mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """G_t = r_t + gamma * G_next over model tokens (next = the next model token). [B,R]."""
     model = loss_mask > 0
     if gamma == 1.0:
@@ -114,134 +96,6 @@ def _reward_to_go(level: torch.Tensor, loss_mask: torch.Tensor, gamma: float) ->
         running = torch.where(model[:, t], g, running)  # observation tokens pass it through
         out[:, t] = torch.where(model[:, t], g, torch.zeros_like(g))
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# estimators
-
-
-@torch.no_grad()
-def grpo(*, rewards, loss_mask, group_ids, eps=1e-6, **_unused):
-    """A_i = (r_i - mean_group) / (std_group + eps), broadcast over the model tokens of row i.
-
-    GRPO, Shao et al. 2024 (DeepSeekMath), outcome supervision. A singleton group has no
-    baseline to compare with: its advantage is 0, not its raw reward.
-    """
-    _check(rewards, loss_mask, group_ids)
-    r = rewards.to(loss_mask.dtype)
-    mean, std, _ = _group_stats(r, group_ids)
-    adv = (r - mean) / (std + eps)  # [B]
-    return _broadcast(adv, loss_mask), _broadcast(r, loss_mask)
-
-
-@torch.no_grad()
-def dr_grpo(*, rewards, loss_mask, group_ids, **_unused):
-    """A_i = r_i - mean_group. Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"):
-    dividing by the group std up-weights questions that are too easy or too hard (small std),
-    a difficulty bias; dropping it keeps the policy gradient unbiased. Pair it with the
-    "seq-mean-token-sum-norm" aggregation to also remove the length bias."""
-    _check(rewards, loss_mask, group_ids)
-    r = rewards.to(loss_mask.dtype)
-    mean, _, _ = _group_stats(r, group_ids)
-    return _broadcast(r - mean, loss_mask), _broadcast(r, loss_mask)
-
-
-@torch.no_grad()
-def rloo(*, rewards, loss_mask, group_ids, **_unused):
-    """A_i = r_i - mean_{j != i} r_j: the leave-one-out baseline (Ahmadian et al. 2024, "Back to
-    Basics: Revisiting REINFORCE Style Optimization"; Kool et al. 2019). The baseline does not
-    depend on r_i, so the estimator stays unbiased. Equals n/(n-1) * (r_i - mean). Singleton: 0."""
-    _check(rewards, loss_mask, group_ids)
-    r = rewards.to(loss_mask.dtype)
-    mean, _, n = _group_stats(r, group_ids)
-    loo = (mean * n - r) / (n - 1).clamp(min=1)  # [B] mean of the others
-    adv = torch.where(n > 1, r - loo, torch.zeros_like(r))
-    return _broadcast(adv, loss_mask), _broadcast(r, loss_mask)
-
-
-@torch.no_grad()
-def reinforce_plus_plus(*, rewards, loss_mask, group_ids, token_rewards=None, gamma=1.0, eps=1e-6, **_unused):
-    """REINFORCE++ (Hu 2025): the discounted reward-to-go of token_rewards plus the sequence
-    reward on the last model token, whitened over all model tokens of the batch. Global
-    normalization instead of a per-prompt one avoids overfitting to easy prompts and needs no
-    groups."""
-    _check(rewards, loss_mask, group_ids)
-    level = _token_level_rewards(rewards, loss_mask, token_rewards)
-    returns = _reward_to_go(level, loss_mask, gamma)
-    return masked_whiten(returns, loss_mask, eps), returns
-
-
-@torch.no_grad()
-def reinforce_plus_plus_baseline(
-    *, rewards, loss_mask, group_ids, token_rewards=None, gamma=1.0, eps=1e-6, baseline=None, **_unused
-):
-    """REINFORCE++-baseline (Hu 2025): subtract the group mean reward (or `baseline` [B] if
-    given) from the sequence reward, then proceed as REINFORCE++. With gamma=1 and no token
-    rewards this is (r_i - mean_group) broadcast and whitened over the batch.
-    `returns` are those of the raw rewards (no baseline)."""
-    _check(rewards, loss_mask, group_ids)
-    r = rewards.to(loss_mask.dtype)
-    if baseline is None:
-        b, _, _ = _group_stats(r, group_ids)
-    else:
-        b = baseline.to(r.dtype)
-    level = _token_level_rewards(r - b, loss_mask, token_rewards)
-    adv = masked_whiten(_reward_to_go(level, loss_mask, gamma), loss_mask, eps)
-    returns = _reward_to_go(_token_level_rewards(r, loss_mask, token_rewards), loss_mask, gamma)
-    return adv, returns
-
-
-@torch.no_grad()
-def gae(*, rewards, loss_mask, group_ids, token_rewards=None, values=None, gamma=1.0, lam=1.0, **_unused):
-    """Generalized advantage estimation (Schulman et al. 2016) over model tokens.
-
-    delta_t = r_t + gamma * V_next - V_t,   A_t = delta_t + gamma * lam * A_next,
-    where "next" is the next model token (V_next = 0 after the last one) and r_t are the
-    token-level rewards (token_rewards + sequence reward on the last model token).
-    returns = A + V, the critic's regression target. Advantages are not whitened here: call
-    masked_whiten(advantages, loss_mask) in the driver if the recipe wants it.
-    """
-    _check(rewards, loss_mask, group_ids)
-    if values is None:
-        raise ValueError("gae needs values [B,R] from the critic")
-    if values.shape != loss_mask.shape:
-        raise ValueError(f"values must be [B,R]={tuple(loss_mask.shape)}, got {tuple(values.shape)}")
-    model = loss_mask > 0
-    level = _token_level_rewards(rewards, loss_mask, token_rewards)
-    v = torch.where(model, values.detach().to(level.dtype), torch.zeros_like(level))
-    B, R = level.shape
-    adv = torch.zeros_like(level)
-    next_v = torch.zeros(B, dtype=level.dtype, device=level.device)
-    next_a = torch.zeros(B, dtype=level.dtype, device=level.device)
-    for t in reversed(range(R)):
-        m = model[:, t]
-        delta = level[:, t] + gamma * next_v - v[:, t]
-        a = delta + gamma * lam * next_a
-        adv[:, t] = torch.where(m, a, torch.zeros_like(a))
-        # Observation tokens leave the recursion state untouched: they are skipped, not zeros.
-        next_a = torch.where(m, a, next_a)
-        next_v = torch.where(m, v[:, t], next_v)
-    returns = torch.where(model, adv + v, torch.zeros_like(adv))
-    return adv, returns
-
-
-ESTIMATORS: dict[str, AdvantageEstimator] = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "rloo": rloo,
-    "reinforce_plus_plus": reinforce_plus_plus,
-    "reinforce_plus_plus_baseline": reinforce_plus_plus_baseline,
-    "gae": gae,
-}
-
-
-def compute_advantages(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """ESTIMATORS[name](**kwargs) -> (advantages [B,R], returns [B,R])."""
-    try:
-        fn = ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}") from None
-    return fn(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,8 +16,10 @@ divergence gradient estimation for RL"):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the estimators use tensor methods only: the driver reads KL_ESTIMATORS without torch
+    import torch
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -40,7 +42,7 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return (log_ratio.exp() - log_ratio - 1.0).clamp(min=-10.0, max=10.0)
 
 
-KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {  # algorithm.kl_estimator
     "k1": kl_k1,
     "k2": kl_k2,
     "k3": kl_k3,

@@ -163,11 +163,8 @@ class SandboxConfig:
     file_size_mb: int = 8  # RLIMIT_FSIZE: the largest file the code may write
     cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
     max_code_bytes: int = 1024 * 1024
-    # The interpreter inside the sandbox; its standard library, binary and shared libraries (found by
-    # asking it) are all of the host the sandbox sees.
-    python: str = "/usr/bin/python3"
-    # Extra host paths bound read-only at the same place (e.g. data files the code reads).
-    # Started as uid 65534, bwrap must be able to reach them as that user.
+    python: str = "/usr/bin/python3"  # it, its stdlib and shared libraries are all the host the sandbox sees
+    # Extra host paths bound read-only at the same place; bwrap reaches them as uid 65534.
     ro_binds: tuple[str, ...] = ()
 
 
@@ -192,8 +189,7 @@ class ToolsConfig:
     timeout: float = 30.0  # tool server only: seconds per call, retries included
     max_workers: int = 8  # tool calls run at once per executor (or per rollout worker's client)
     request_interval: float = 0.0  # tool server only: seconds between request starts
-    # tool server only: a request body over this is refused by the client itself, never sent
-    # (the server's own max_body_bytes, 2 MiB by default, would answer 413)
+    # tool server only: a larger request body is refused by the client, never sent (the server would 413)
     max_body_bytes: int = 2 * 1024 * 1024
     executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
 
@@ -224,27 +220,29 @@ class ToolServerConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
+    # One module each, named by the value: relay/algos/estimators/<estimator>.py, policy_losses/<policy_loss>.py.
+    # Its hyperparameters go in *_args by name, except the shared ones below (clip_low ... dual_clip_c, gamma, lam).
     estimator: str = "grpo"
+    estimator_args: dict[str, Any] = field(default_factory=dict)  # e.g. {eps: 1.0e-6} for grpo
     policy_loss: str = "ppo"
-    loss_agg: str = "token-mean"
-    clip_low: float = 0.2
+    policy_loss_args: dict[str, Any] = field(default_factory=dict)  # e.g. {eps_high_is: 4.0} for cispo
+    loss_agg: str = "token-mean"  # relay.algos.registry.AGG_MODES
+    clip_low: float = 0.2  # ppo, dual_clip, gspo: r clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2  # > clip_low is DAPO's clip-higher
-    dual_clip_c: float = 3.0
+    dual_clip_c: float = 3.0  # dual_clip: for A < 0 the loss is at most -A * dual_clip_c
     kl_coef: float = 0.0  # 0 with kl_in=loss/reward: no KL term, no reference actor
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: str = "k3"  # k1, k2, k3: relay.algos.kl.KL_ESTIMATORS
     kl_in: Literal["loss", "reward"] = "loss"
     entropy_coef: float = 0.0
-    gamma: float = 1.0
-    lam: float = 1.0
-    # Truncated importance sampling: each token weighted by min(pi_learner / pi_rollout, tis_cap), for
-    # an engine whose logprobs differ from the learner's and for samples from older weights. null:
-    # 2.0 where samples are stale (training.mode one_step_off / async), off in sync; 0: off.
+    gamma: float = 1.0  # gae, reinforce_plus_plus*: the discount per model token
+    lam: float = 1.0  # gae's lambda
+    # Truncated IS: each token weighted by min(pi_learner / pi_rollout, tis_cap) (engine mismatch, stale
+    # samples). null: 2.0 where samples are stale (training.mode one_step_off / async), off in sync; 0: off.
     tis_cap: float | None = None
     kl_controller: Literal["fixed", "adaptive"] = "fixed"  # adaptive: Ziegler et al. 2019, for kl_in=reward
     kl_target: float = 0.1
     kl_horizon: int = 10_000
-    # DAPO (Yu et al. 2025): drop groups whose rewards are all equal, draw more prompts
-    dynamic_sampling: bool = False
+    dynamic_sampling: bool = False  # DAPO (Yu et al. 2025): drop groups whose rewards are all equal, draw more
     dynamic_sampling_max_tries: int = 4
     overlong_buffer_len: int = 0  # 0: off; else soft overlong punishment over the last N tokens
     overlong_penalty: float = 1.0

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
-from relay.algos.names import AGG_MODES, ESTIMATOR_NAMES, POLICY_LOSS_NAMES
 from relay.config.dotted import check_dotted
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.schema import (
@@ -25,6 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.validate_algorithm import validate_algorithm
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 from relay.config.validate_task import validate_task
@@ -53,32 +53,7 @@ def validate(cfg: Config) -> list[str]:
     need(0 < r.top_p <= 1, f"rollout.top_p: must be in (0, 1], got {r.top_p}")
     need(r.top_k == -1 or r.top_k >= 1, f"rollout.top_k: must be -1 (off) or >= 1, got {r.top_k}")
     need(r.max_new_tokens >= 1, f"rollout.max_new_tokens: must be >= 1, got {r.max_new_tokens}")
-    need(
-        a.estimator in ESTIMATOR_NAMES, f"algorithm.estimator: {a.estimator!r} is not one of {sorted(ESTIMATOR_NAMES)}"
-    )
-    need(
-        a.policy_loss in POLICY_LOSS_NAMES,
-        f"algorithm.policy_loss: {a.policy_loss!r} is not one of {sorted(POLICY_LOSS_NAMES)}",
-    )
-    need(a.loss_agg in AGG_MODES, f"algorithm.loss_agg: {a.loss_agg!r} is not one of {list(AGG_MODES)}")
-    need(0 <= a.clip_low < 1, f"algorithm.clip_low: must be in [0, 1), got {a.clip_low}")
-    need(a.clip_high >= 0, f"algorithm.clip_high: must be >= 0, got {a.clip_high}")
-    need(a.dual_clip_c > 1, f"algorithm.dual_clip_c: must be > 1, got {a.dual_clip_c}")
-    need(a.kl_coef >= 0, f"algorithm.kl_coef: must be >= 0, got {a.kl_coef}")
-    need(0 <= a.gamma <= 1, f"algorithm.gamma: must be in [0, 1], got {a.gamma}")
-    need(0 <= a.lam <= 1, f"algorithm.lam: must be in [0, 1], got {a.lam}")
-    need(
-        a.tis_cap is None or a.tis_cap == 0 or a.tis_cap >= 1,
-        f"algorithm.tis_cap: must be >= 1, 0 (off) or null (by training.mode), got {a.tis_cap}",
-    )
-    if a.estimator == "gae" and not cfg.critic.enabled:
-        p.append(
-            "algorithm.estimator=gae needs a value model: set critic.enabled=true (or pick grpo, dr_grpo, rloo, reinforce_plus_plus)"
-        )
-    if cfg.critic.enabled and a.estimator != "gae":
-        p.append(
-            f"critic.enabled=true but algorithm.estimator={a.estimator} never uses values: use estimator gae or disable the critic"
-        )
+    p += validate_algorithm(cfg)
     need(cfg.critic.lr > 0, f"critic.lr: must be > 0, got {cfg.critic.lr}")
     need(cfg.critic.clip_range > 0, f"critic.clip_range: must be > 0, got {cfg.critic.clip_range}")
     need(a.kl_target > 0, f"algorithm.kl_target: must be > 0, got {a.kl_target}")
@@ -100,8 +75,6 @@ def validate(cfg: Config) -> list[str]:
         f"algorithm.overlong_buffer_len: must be in [0, rollout.max_new_tokens={r.max_new_tokens}), got {a.overlong_buffer_len}",
     )
     need(a.overlong_penalty >= 0, f"algorithm.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
-    if a.estimator in ("grpo", "rloo") and r.n < 2:
-        p.append(f"algorithm.estimator={a.estimator} with rollout.n={r.n}: group baselines need rollout.n >= 2")
     need(res.max_restarts >= -1, f"resources.max_restarts: must be >= -1 (-1: no limit), got {res.max_restarts}")
     need(res.call_timeout_s > 0, f"resources.call_timeout_s: must be > 0, got {res.call_timeout_s}")
     need(res.rollout_timeout_s > 0, f"resources.rollout_timeout_s: must be > 0, got {res.rollout_timeout_s}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from relay.algos.advantages import compute_advantages
+from relay.algos.advantages import estimate_advantages
 from relay.algos.kl import kl_penalty
-from relay.algos.names import TOKEN_LEVEL_ESTIMATORS
+from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean
 from relay.config import AlgorithmConfig
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
@@ -57,7 +57,7 @@ def prepare_batch(
     # Sample.reward is the episode's whole return; token_rewards say where parts of it were earned.
     # Token-level estimators add token_rewards themselves, so they get only the rest as final reward.
     final_rewards = (
-        batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
+        batch.rewards - batch.token_rewards.sum(1) if ESTIMATORS[a.estimator].TRAITS.token_level else batch.rewards
     )
     batch.old_logprobs, batch.ref_logprobs, batch.values = old_logprobs, ref_logprobs, values
     metrics = batch_metrics(batch)
@@ -67,14 +67,12 @@ def prepare_batch(
         kl = kl_penalty(old_logprobs, ref_logprobs, a.kl_estimator)
         metrics[KL_MEAN] = masked_mean(kl, batch.loss_mask).item()
         batch.token_rewards -= kl_coef * kl * batch.loss_mask
-    batch.advantages, batch.returns = compute_advantages(
-        a.estimator,
+    batch.advantages, batch.returns = estimate_advantages(
+        a,
         rewards=final_rewards,
         loss_mask=batch.loss_mask,
         group_ids=batch.group_ids,
         token_rewards=batch.token_rewards,
         values=batch.values,
-        gamma=a.gamma,
-        lam=a.lam,
     )
     return batch, metrics

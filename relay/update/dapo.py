@@ -8,7 +8,7 @@ from relay.types import Sample
 
 
 def punish_overlong(samples: list[Sample], max_len: int, buffer_len: int, penalty_factor: float) -> None:
-    """Add DAPO's soft overlong penalty (relay.algos.overlong_penalty) to each sample's reward."""
+    """Add DAPO's soft overlong penalty (relay.algos.advantages.overlong_penalty) to each sample's reward."""
     import torch
 
     from relay.algos.advantages import overlong_penalty
@@ -19,7 +19,7 @@ def punish_overlong(samples: list[Sample], max_len: int, buffer_len: int, penalt
 
 
 def mixed_groups(samples: list[Sample]) -> list[bool]:
-    """Per sample: does its group hold unequal rewards (relay.algos.mixed_group_mask)?"""
+    """Per sample: does its group hold unequal rewards (relay.algos.advantages.mixed_group_mask)?"""
     import torch
 
     from relay.algos.advantages import mixed_group_mask

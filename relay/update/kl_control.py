@@ -1,5 +1,5 @@
 """KL coefficient controllers: plain Python (no tensors), so the driver that keeps the coefficient
-needs no torch. relay.algos re-exports them beside the KL estimators."""
+needs no torch. The per-token KL estimators they scale are relay/algos/kl.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.algos.advantages import ESTIMATORS, compute_advantages, mixed_group_mask, overlong_penalty
+from relay.algos.advantages import compute_advantages, mixed_group_mask, overlong_penalty
+from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean, masked_whiten
 
 

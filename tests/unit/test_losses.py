@@ -7,15 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.algos.losses import (
-    POLICY_LOSSES,
-    aggregate,
-    entropy_from_logits,
-    policy_loss,
-    truncated_is_weights,
-    value_loss,
-)
-from relay.algos.names import AGG_MODES
+from relay.algos.losses import aggregate, entropy_from_logits, truncated_is_weights, value_loss
+from relay.algos.objective import policy_loss
+from relay.algos.registry import AGG_MODES, POLICY_LOSSES
 
 
 def close(a, b, tol=1e-5):

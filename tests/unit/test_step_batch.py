@@ -11,7 +11,7 @@ from actors.learner import Learner
 from actors.rollout import RolloutWorker
 from relay.algos.advantages import compute_advantages
 from relay.algos.kl import kl_penalty
-from relay.algos.names import TOKEN_LEVEL_ESTIMATORS
+from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean
 from relay.config import load_config
 from relay.run.folder import task_rows
@@ -26,7 +26,7 @@ def driver_batch(samples, a, old=None, ref=None, values=None, kl_coef=0.0):
     """What driver.py's train_step did before the learner built the batch: (batch, kl mean)."""
     batch = Batch.from_samples(samples, pad_id=0)
     final_rewards = (
-        batch.rewards - batch.token_rewards.sum(1) if a.estimator in TOKEN_LEVEL_ESTIMATORS else batch.rewards
+        batch.rewards - batch.token_rewards.sum(1) if ESTIMATORS[a.estimator].TRAITS.token_level else batch.rewards
     )
     batch.ref_logprobs, batch.old_logprobs, batch.values = ref, old, values
     kl_mean = None
