@@ -88,9 +88,8 @@ def convert(file: Path, digest: str, folder: Path, key: str) -> None:
     """Dequantize `file` with transformers and save it as a Hugging Face folder at `folder`."""
     if importlib.util.find_spec("gguf") is None:
         raise ConfigError([f"{key}: reading {file.name} needs the gguf package: {GGUF_INSTALL}"])
-    from relay.models.loading import import_transformers
+    import transformers  # here, not at the top: the driver imports this module and never transformers otherwise
 
-    transformers = import_transformers()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=folder.parent))
     print(f"relay: converting {file.name} into {folder} (once)", file=sys.stderr, flush=True)
