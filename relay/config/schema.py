@@ -62,9 +62,11 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # "tiny" = the built-in model shipped in relay/models/shipped/ (the task's own warm start for the
-    # built-in agent tasks); else a local HF folder or a hub name.
+    # "tiny" = the model shipped in relay/models/shipped/ (the built-in agent tasks' own warm start);
+    # "smollm2-135m" or a .gguf file (converted once to a cached HF folder); else a local HF folder or hub name.
     path: str = "tiny"
+    # Multi-turn runs append tokens and never re-render; a template that renders other tokens is refused.
+    allow_template_drift: bool = False  # true: train anyway (python -m relay.models.template_check MODEL shows where)
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False

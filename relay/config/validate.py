@@ -141,7 +141,7 @@ def validate(cfg: Config) -> list[str]:
     p += validate_reward_model(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
-        need(Path(cfg.model.path).expanduser().exists(), f"model.path: folder not found: {cfg.model.path}")
+        need(Path(cfg.model.path).expanduser().exists(), f"model.path: no such folder or GGUF file: {cfg.model.path}")
     err = engine_import_error(r.engine)
     need(err is None, f"rollout.engine: {err}")
     if capabilities(r.engine).gpu_only:

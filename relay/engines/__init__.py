@@ -22,9 +22,13 @@ def make_engine(cfg, model_path: str) -> Engine:
     """The engine named by cfg.rollout.engine; native options pass through untouched. Every engine
     takes (model_path, dtype, tokenizer_path, trust_remote_code, **engine_kwargs); one that serves
     LoRA adapters also takes `lora`: the config to serve, or None when syncs send merged weights."""
+    from relay.models.resolve import model_folder
+
     m, r = cfg.model, cfg.rollout
     cls = engine_class(r.engine)
+    # a GGUF tokenizer_path: its converted folder, which vLLM and SGLang can read too
+    tokenizer_path = model_folder(m.tokenizer_path, "model.tokenizer_path") if m.tokenizer_path else None
     if ENGINES[r.engine].can.max_lora_adapter_rank > 0:
         lora = m.lora if m.lora.sends_adapters(r.engine) else None
-        return cls(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
-    return cls(model_path, m.dtype, m.tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
+    return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, **r.engine_kwargs)

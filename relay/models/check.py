@@ -82,13 +82,11 @@ def _load_config(path: str, key: str, trust_remote_code: bool) -> None:
 
 def reward_model_path(path: str) -> str:
     """The folder (or hub name) reward_model.path names: `tiny-rm` is the classifier shipped in the
-    repository (its files verified against the manifest); a local path is expanded."""
-    from relay.models.shipped import RM_NAME, shipped_model
+    repository (its files verified against the manifest); a GGUF file (a judge) is converted once
+    (relay/models/resolve.py); a local path is expanded."""
+    from relay.models.resolve import model_folder
 
-    if path == RM_NAME:
-        return str(shipped_model(RM_NAME))
-    local = Path(path).expanduser()
-    return str(local) if local.exists() else path
+    return model_folder(path, "reward_model.path")
 
 
 def check_reward_model(rm) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from relay.models.resolve import model_folder
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -16,7 +18,8 @@ def import_transformers():
     return transformers
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False):
+def load_tokenizer(path: str, trust_remote_code: bool = False, key: str = "model.tokenizer_path"):
+    path = model_folder(path, key)  # a GGUF file or short name: its converted folder; else `path` as is
     tokenizer = import_transformers().AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:  # many base models ship without one
         tokenizer.pad_token = tokenizer.eos_token
@@ -29,7 +32,7 @@ def actor_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False):
+def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False, key: str = "model.path"):
     return import_transformers().AutoModelForCausalLM.from_pretrained(
-        path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+        model_folder(path, key), dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
     )

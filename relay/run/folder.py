@@ -15,6 +15,8 @@ from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.envs.data import load_rows
 from relay.models.check import check_model_source, check_reward_model
+from relay.models.resolve import is_named_model, model_folder
+from relay.models.template_drift import check_template_drift
 from relay.run import metric_keys as keys
 from relay.run.metric_keys import phase_seconds
 
@@ -61,17 +63,13 @@ def remove_if_unstarted(run_dir: Path) -> None:
 
 
 def resolve_model_path(cfg: Config) -> str:
-    """The folder (or hub name) every role loads: `tiny` is a model shipped in the repository
-    (the task's own warm start for the built-in agent tasks); nothing is built or downloaded.
-    Any other folder or hub name is checked here, before Ray or an actor starts (ConfigError)."""
+    """The folder (or hub name) every role loads (relay/models/resolve.py): `tiny` is a model shipped
+    in the repository (the task's own warm start for the built-in agent tasks); a GGUF file or
+    `smollm2-135m` is converted once into a cached folder, here, before any actor starts. Any other
+    folder or hub name is checked here, before Ray or an actor starts (ConfigError)."""
     m = cfg.model
-    if m.path == "tiny":
-        from relay.models.shipped import tiny_model
-
-        path = str(tiny_model(cfg.task.env))
-    else:
-        local = Path(m.path).expanduser()
-        path = str(local) if local.exists() else m.path
+    path = model_folder(m.path, "model.path", cfg.task.env)
+    if not is_named_model(m.path):
         check_model_source(path, "model.path", m.trust_remote_code, tokenizer=m.tokenizer_path is None)
     if cfg.model.lora.rank:  # LoRA target modules that match nothing: one line now, not in the learner
         from relay.models.lora import target_module_problem
@@ -79,9 +77,12 @@ def resolve_model_path(cfg: Config) -> str:
         if problem := target_module_problem(cfg, path):
             raise ConfigError([problem])
     if cfg.model.tokenizer_path is not None:
-        check_model_source(cfg.model.tokenizer_path, "model.tokenizer_path", model=False)
+        tokenizer = model_folder(cfg.model.tokenizer_path, "model.tokenizer_path")  # a GGUF is converted now
+        check_model_source(tokenizer, "model.tokenizer_path", model=False)
+    check_template_drift(cfg, path)  # multi-turn runs: the template renders the tokens the agent loop appends
     if cfg.critic.enabled and cfg.critic.model_path is not None:
-        check_model_source(cfg.critic.model_path, "critic.model_path", cfg.model.trust_remote_code, tokenizer=False)
+        critic = model_folder(cfg.critic.model_path, "critic.model_path")
+        check_model_source(critic, "critic.model_path", cfg.model.trust_remote_code, tokenizer=False)
     if cfg.reward_model.path is not None:
         check_reward_model(cfg.reward_model)  # a sequence classifier (kind=classifier) with a chat template
     return path
