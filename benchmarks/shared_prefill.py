@@ -23,13 +23,13 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from relay.chat import ChatFormat  # noqa: E402
 from relay.config import load_config  # noqa: E402
-from relay.data import row_messages  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.engines.hf import HFEngine  # noqa: E402
-from relay.run import resolve_model_path, task_rows  # noqa: E402
+from relay.envs.chat import ChatFormat  # noqa: E402
+from relay.envs.data import row_messages  # noqa: E402
+from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
 
 
 def timed(engine: HFEngine, prompts: list[list[int]], sampling: SamplingParams) -> tuple[float, list]:
