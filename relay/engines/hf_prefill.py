@@ -10,9 +10,10 @@ its own prefill.
 logits and the cache). `answered_prefill` has the model's `_prefill` return the shared result for
 one call, so everything after it (logits processors, sampling, stopping criteria, stop strings)
 stays the library's own. The shared forward is the one `generate` would run (same padding, same
-position ids, same mask rule, logits of the last position only), and a row's numbers here do not
-depend on which other rows share its batch, so tokens and logprobs are bit-identical to prefilling
-every row (tests/unit/test_hf_shared_prefill.py checks it). Prefilling only the prompt minus its
+position ids, same mask rule, logits of the last position only), and on the CPU a row's numbers
+do not depend on how many other rows share its batch, so tokens and logprobs are bit-identical to
+prefilling every row (tests/unit/test_hf_shared_prefill.py checks it; a GPU library that picks its
+matrix kernels by batch size may change the last bits). Prefilling only the prompt minus its
 last token and passing that cache to `generate` (the library's documented prefix reuse) needs no
 private method, but it runs the last token through a decode step: logits differ by about 2e-6 and
 each call makes one more forward over all rows.
@@ -60,8 +61,13 @@ def rows_by_prompt(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     """(the first row of each distinct prompt, each row's distinct prompt): identical token lists
     share; rows that differ anywhere (continuation turns, partial chunks) do not."""
     index: dict[tuple[int, ...], int] = {}
-    prompt_of_row = [index.setdefault(tuple(p), len(index)) for p in prompts]
-    first_rows = [prompt_of_row.index(k) for k in range(len(index))]
+    first_rows: list[int] = []
+    prompt_of_row = []
+    for row, prompt in enumerate(prompts):
+        k = index.setdefault(tuple(prompt), len(index))
+        if k == len(first_rows):
+            first_rows.append(row)
+        prompt_of_row.append(k)
     return first_rows, prompt_of_row
 
 
