@@ -16,6 +16,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from relay.engines.base import Completion, SamplingParams, Weights, named_items
+from relay.engines.hf_prefill import answered_prefill, generation_module, shared_prefill
 from relay.models.loading import actor_device, load_model, load_tokenizer
 from relay.weights.transfer import as_tensor
 
@@ -50,21 +51,26 @@ class HFEngine:
         dtype: str = "float32",
         tokenizer_path: str | None = None,
         trust_remote_code: bool = False,
+        share_prefill: bool = True,
         **engine_kwargs,
     ):
         self.tokenizer = load_tokenizer(tokenizer_path or model_path, trust_remote_code)
         self.device = actor_device()
         self.model = load_model(model_path, dtype, trust_remote_code).to(self.device).eval()
         self.generate_kwargs = engine_kwargs  # passed to model.generate untouched (its settings via its config)
+        # rows with the same prompt (a GRPO group) prefill it once (relay/engines/hf_prefill.py); False:
+        # generate prefills every row, as a reference for tests and benchmarks
+        self.share_prefill = share_prefill
         self._version = 0
 
     @classmethod
-    def sharing(cls, model: torch.nn.Module, tokenizer, **engine_kwargs) -> HFEngine:
+    def sharing(cls, model: torch.nn.Module, tokenizer, share_prefill: bool = True, **engine_kwargs) -> HFEngine:
         """An engine that generates from `model` itself, the learner's module (resources.colocate):
         no copy of the weights, so a weight sync is only `set_weight_version`. The caller keeps the
         module in eval mode (the learner does: dropout off) and the RNG out of its way."""
         engine = cls.__new__(cls)
         engine.tokenizer, engine.model, engine.generate_kwargs, engine._version = tokenizer, model, engine_kwargs, 0
+        engine.share_prefill = share_prefill
         engine.device = next(model.parameters()).device
         return engine
 
@@ -162,16 +168,23 @@ class HFEngine:
         if self.generate_kwargs:  # rollout.engine_kwargs: generate's settings join its config, the rest go as they are
             config = copy.deepcopy(config)
             kwargs = config.update(**self.generate_kwargs)
+        generator = generation_module(self.model)
+        prefill = None
+        if self.share_prefill:
+            prefill = shared_prefill(generator, config, kwargs, prompts, input_ids, attention_mask)
+        if prefill is not None:  # generate decodes on from the shared prefill's cache
+            kwargs["past_key_values"] = prefill.past_key_values
         if sampling.stop:
             kwargs["tokenizer"] = self.tokenizer
         if finished is not None and any(finished):
             kwargs.update(stopping_criteria=StoppingCriteriaList([_Finished(finished)]))
-        result = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            generation_config=config,
-            **kwargs,
-        )
+        with answered_prefill(generator, prefill):
+            result = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                **kwargs,
+            )
         new_tokens = result.sequences[:, width:]  # [N, T]
         logits = torch.stack(result.logits, dim=1).float()  # [N, T, V] raw, before processors
         logprobs = torch.log_softmax(logits / (sampling.temperature if not greedy else 1.0), dim=-1)
