@@ -2,9 +2,9 @@
 EnvPool actor, no round trip); environments and task.reward_actor keep their EnvPool. The worker
 is built in process here, as a plain class."""
 
-import driver
 from actors.pools import actor_bundles, actor_roles
 from actors.rollout import RolloutWorker
+from actors.steps import count_failures
 from relay.config import load_config
 from relay.envs.arithmetic import arithmetic_reward, make_rows
 
@@ -23,7 +23,7 @@ def test_the_worker_returns_its_samples_scored(tiny_model_path):
     assert len(samples) == 6 and metrics["rollout/reward_seconds"] >= 0
     assert [s.reward for s in samples] == [arithmetic_reward(s) for s in samples]
     assert all(s.reward_error is None for s in samples)
-    assert driver.score(samples) == {"reward/errors": 0.0, "env/errors": 0.0}
+    assert count_failures(samples) == {"reward/errors": 0.0, "env/errors": 0.0}
 
 
 def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path):
@@ -31,4 +31,4 @@ def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path)
     worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1)
     samples, _ = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     assert all(s.reward == 0.0 and "reward is nan" in s.reward_error for s in samples)
-    assert driver.score(samples)["reward/errors"] == 8.0
+    assert count_failures(samples)["reward/errors"] == 8.0
