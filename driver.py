@@ -18,7 +18,7 @@ import sys
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
-from actors.steps import evaluate, step_plan
+from actors.steps import StepPlan, evaluate, step_plan
 from actors.supervision import actor_loss_stops
 from actors.weights import sync_weights
 from relay.checkpoint.rng import capture_rng, restore_rng
@@ -38,7 +38,7 @@ from relay.run.stop import StopOnSignal
 from relay.update.kl_control import make_kl_controller
 
 
-def train_step(cfg: Config, actors, plan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
+def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
     """One RL step, its phases in order; returns its metrics. `plan` (actors/steps.py) runs each
     phase for this run's layout and training.mode, and times it."""
     timer = PhaseTimer()

@@ -189,10 +189,10 @@ class OneCall:
         return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples)}
 
     def advantage_inputs(self, samples, timer):
-        return {}
+        return {}  # none: no reference or critic here, and the update found its own old logprobs
 
     def update(self, inputs, timer):
-        return self.update_metrics
+        return self.update_metrics  # the call's update, already run
 
     def sync_weights(self, version):
         sync_weights(self.actors, version)  # the update tagged the shared module's weights: no copy
