@@ -136,7 +136,7 @@ class ActorCalls:
         step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
         with timer("reference"):
             refs, handles = {}, []
-            if old_logprobs_source(self.cfg) == BEFORE_UPDATE:
+            if old_logprobs_source(self.cfg) == BEFORE_UPDATE:  # else the learner's update finds them
                 refs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
                 handles.append(actors.learner)
             if actors.critic:
@@ -201,7 +201,7 @@ class OneCall:
         return None
 
 
-def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: int, pipeline: dict | None):
+def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: int, pipeline: dict | None) -> StepPlan:
     """The step's plan for this run's layout and training.mode."""
     if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
         scored = lambda samples: score(cfg, actors, samples)  # noqa: E731
