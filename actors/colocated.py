@@ -84,8 +84,8 @@ class ColocatedWorker:
         self, rows: list[dict[str, Any]], step: int, kl_coef: float
     ) -> tuple[list[Sample], dict[str, float], dict[str, float], dict[str, float]]:
         """A sync step in one call, where nothing needs the samples between the rollout and the
-        update (the driver's `rollout_and_update`): the rollout, then the update on its trainable
-        samples, as the driver does it. One round trip instead of two; the samples cross once.
+        update (actors/steps.py: OneCall): the rollout, then the update on its trainable samples,
+        as separate calls do it. One round trip instead of two; the samples cross once.
         Returns the samples as scored (the driver logs and checks them), the rollout's metrics,
         the update's, and the seconds of both phases, timed here."""
         start = time.perf_counter()

@@ -19,7 +19,7 @@ from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflat
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
-from relay.config.resolved import tis_cap
+from relay.config.resolved import UPDATE_FORWARD, old_logprobs_source, tis_cap
 from relay.models.loading import actor_device, load_model
 from relay.models.lora import (
     adapters_disabled,
@@ -43,7 +43,7 @@ from relay.update.fsdp import (
 )
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
-from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update, on_policy
+from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update
 from relay.update.policy import compute_logprobs, response_logprobs
 from relay.weights.shared_memory import SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightPayload
@@ -161,10 +161,10 @@ class Learner:
 
     def _update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
-        Without old logprobs from the driver, finds them itself (relay/update/old_logprobs.py)."""
+        Old logprobs not given come from here (relay/config/resolved.py: old_logprobs_source)."""
         start = time.perf_counter()
         batch = batch.to(self.device)
-        if batch.old_logprobs is None and not on_policy(self.cfg.training):  # on-policy: _loss detaches its own
+        if batch.old_logprobs is None and old_logprobs_source(self.cfg) != UPDATE_FORWARD:  # else _loss's own
             batch.old_logprobs = old_logprobs_before_update(self.model, batch, self.temperature, self.ranks.sharded)
         metrics = run_update(
             self.model,

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
+from actors import steps as driver_steps  # noqa: E402
 from actors.producer import RolloutProducer  # noqa: E402
 from relay.config import load_config  # noqa: E402
 
@@ -117,7 +118,7 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
     )
     chaos = Chaos(name, every, random.Random(seed))
     rewards, optimizer_steps, faults, batches = [], 0.0, Counter(), []
-    original_rollout, original_take = driver.rollout, RolloutProducer.take
+    original_rollout, original_take = driver_steps.rollout, RolloutProducer.take
 
     def recording_rollout(actors, rows, *args, **kwargs):
         samples, metrics = original_rollout(actors, rows, *args, **kwargs)
@@ -137,14 +138,14 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
         faults.update({k: v for k, v in metrics.items() if k.startswith("faults/")})
         chaos.after_step(step, steps)
 
-    driver.rollout, RolloutProducer.take = recording_rollout, recording_take
+    driver_steps.rollout, RolloutProducer.take = recording_rollout, recording_take
     restarts, summary = 0, {}
     try:
         summary = driver.train(cfg, report=report)
     except Exception as e:  # the run stopped: its steps so far are what the line reports
         print(f"chaos: the run stopped: {type(e).__name__}: {e}", flush=True)
     finally:
-        driver.rollout, RolloutProducer.take = original_rollout, original_take
+        driver_steps.rollout, RolloutProducer.take = original_rollout, original_take
         for timer in chaos.timers:
             timer.cancel()
         restarts = sum(a["NumRestarts"] for a in run_actors(name)) if ray.is_initialized() else 0

@@ -3,10 +3,7 @@ needs no torch. The per-token KL estimators they scale are relay/algos/kl.py."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from relay.config import AlgorithmConfig
+from typing import Protocol
 
 # ---------------------------------------------------------------------------------------------
 # coefficient controllers
@@ -75,9 +72,3 @@ def make_kl_controller(kind: str, coef: float, target: float, horizon: int):
     if kind == "fixed":
         return FixedKLController(coef)
     raise ValueError(f"unknown KL controller {kind!r}: choose fixed or adaptive")
-
-
-def driver_needs_old_logprobs(algorithm: AlgorithmConfig, has_reference: bool) -> bool:
-    """A per-token KL penalty in the reward is part of the advantages, which the learner's and the
-    critic's update calls compute: the learner's old logprobs come first, from a call of their own."""
-    return has_reference and algorithm.kl_in == "reward"

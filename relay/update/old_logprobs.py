@@ -1,18 +1,10 @@
-"""Where a step's old logprobs (the learner's, before its update) come from.
+"""A step's old logprobs (the learner's, on the weights its update starts from): the no-grad pass
+over the batch and the whole-batch metrics read from them. Where a step takes them from is chosen
+in one place, relay/config/resolved.py: old_logprobs_source.
 
-A KL penalty in the reward against a separate reference needs them before the advantages,
-which the learner's and the critic's update calls both build: then a call of their own comes
-first (relay/update/kl_control.py says when). Otherwise the learner finds them inside `update`:
-
-on-policy    one PPO epoch of one mini-batch: every micro-batch runs on the weights the update
-             started from, so its own logprobs, detached, are the old ones. The ratio is exactly
-             1 and its gradient is the policy gradient: no extra forward pass.
-otherwise    one no-grad pass over the batch at the start of the update, on the same weights
-             and with the same function the driver's call used: the same numbers.
-
-The metrics that need old logprobs over the whole batch (the engine/learner logprob gap, the KL
-to the reference) travel as `*_max` / `*_sum` loss metrics, which relay/update/loop.py reduces
-over micro-batches and ranks.
+The metrics that need them over the whole batch (the engine/learner logprob gap, the KL to the
+reference) travel as `*_max` / `*_sum` loss metrics, which relay/update/loop.py reduces over
+micro-batches and ranks.
 """
 
 from __future__ import annotations
@@ -21,18 +13,12 @@ import torch
 import torch.distributed as dist
 
 from relay.algos.kl import kl_penalty
-from relay.config import TrainingConfig
 from relay.run.metric_keys import KL_MEAN
 from relay.types import Batch
 from relay.update.fsdp import share_rows
 from relay.update.policy import compute_logprobs
 
 LOGPROB_DIFF_MAX = "rollout/logprob_diff_max"  # |rollout - old| on model tokens, largest over the batch
-
-
-def on_policy(training: TrainingConfig) -> bool:
-    """The update takes one optimizer step on the whole batch: nothing moves before any loss is read."""
-    return training.ppo_epochs == 1 and training.mini_batches == 1
 
 
 def old_logprobs_before_update(model, batch: Batch, temperature: float, sharded: bool) -> torch.Tensor:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import ray
 
-import driver
+from actors import steps
 from actors.pools import actor_pools
 from actors.weights import sync_weights
 from relay.config import load_config
@@ -69,8 +69,8 @@ def episodes(samples) -> list:
 
 
 def rollout_and_score(actors):
-    samples, _ = driver.rollout(actors, make_rows(4, seed=5), seed_round=3)
-    driver.score(samples)  # the workers scored them (on their EnvPool); this counts failures
+    samples, _ = steps.rollout(actors, make_rows(4, seed=5), seed_round=3)
+    steps.count_failures(samples)  # the workers scored them (on their EnvPool); this counts failures
     return episodes(samples), actors.faults.take()
 
 

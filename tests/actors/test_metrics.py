@@ -19,6 +19,7 @@ import ray
 
 import driver
 from actors import metrics as relay_metrics
+from actors import steps
 from relay.config import load_config
 from relay.run import metric_keys as keys
 from relay.tools.sandbox import SandboxConfig, sandbox_available
@@ -128,7 +129,7 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
     back in process, so the test observes `readings`, through which RunMetrics.record turns each
     step's metrics dict into values (the Prometheus test above covers the rest of the way)."""
     recorded, batches = [], []
-    readings, rollout = relay_metrics.readings, driver.rollout
+    readings, rollout = relay_metrics.readings, steps.rollout
 
     def recording_readings(metrics):
         recorded.append(readings(metrics))
@@ -141,7 +142,7 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
         return samples, metrics
 
     monkeypatch.setattr(relay_metrics, "readings", recording_readings)
-    monkeypatch.setattr(driver, "rollout", recording_rollout)
+    monkeypatch.setattr(steps, "rollout", recording_rollout)
     cfg = load_config(
         REPO / "configs/math_tool.yaml",
         [

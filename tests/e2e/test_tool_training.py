@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import driver
+from actors import steps
 from relay.config import load_config
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
@@ -38,7 +39,7 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
         ],
     )
     batches = []  # every training batch's samples, as the driver scored them (reward set in place)
-    original = driver.rollout
+    original = steps.rollout
 
     def recording_rollout(actors, rows, *args, **kwargs):
         samples, metrics = original(actors, rows, *args, **kwargs)
@@ -46,7 +47,7 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
             batches.append(samples)
         return samples, metrics
 
-    monkeypatch.setattr(driver, "rollout", recording_rollout)
+    monkeypatch.setattr(steps, "rollout", recording_rollout)
     reported = []
     summary = driver.train(cfg, report=lambda step, metrics: reported.append(metrics))
 

@@ -1,6 +1,7 @@
-"""The Learner finds old logprobs inside `update` (relay/update/old_logprobs.py): on-policy it uses the
-detached logprobs of the update's own forward pass, otherwise one no-grad pass; either way the
-update equals the one with old logprobs computed beforehand (the driver's separate call)."""
+"""Where old logprobs come from (relay/config/resolved.py: old_logprobs_source). Without a KL
+penalty in the reward the Learner finds them inside `update`: on-policy the detached logprobs of
+the update's own forward pass, otherwise one no-grad pass; either way the update equals the one
+with old logprobs computed beforehand (a separate learner call)."""
 
 import pytest
 import torch
@@ -9,10 +10,10 @@ from actors.learner import Learner
 from relay.algos.kl import kl_penalty
 from relay.algos.utils import masked_mean
 from relay.config import load_config
+from relay.config.resolved import BEFORE_UPDATE, RECOMPUTE, UPDATE_FORWARD, old_logprobs_source
 from relay.run.metric_keys import KL_MEAN, LEARNER_UPDATE_S
 from relay.types import Batch, Sample
-from relay.update.kl_control import driver_needs_old_logprobs
-from relay.update.old_logprobs import LOGPROB_DIFF_MAX, on_policy
+from relay.update.old_logprobs import LOGPROB_DIFF_MAX
 
 GRPO = ["training.micro_batch_size=3"]  # several micro-batches, one of 2 rows
 PPO_CRITIC = ["algorithm.estimator=gae", "critic.enabled=true", "algorithm.tis_cap=2.0", "training.micro_batch_size=4"]
@@ -48,7 +49,7 @@ def one_update(tiny_model_path, overrides: list[str], precompute: bool):
     )
     batch = make_batch(with_reference="algorithm.kl_coef=0.1" in overrides)
     old = learner.compute_logprobs(batch)
-    if precompute:  # today's path: the driver asked for them before the update
+    if precompute:  # as for a KL penalty in the reward: a learner call before the update
         batch.old_logprobs = old
     metrics = learner.update(batch)
     return metrics, grads, old, batch
@@ -60,7 +61,7 @@ def largest_relative_difference(a: dict, b: dict) -> float:
 
 @pytest.mark.parametrize("overrides", [GRPO, PPO_CRITIC, KL_LOSS], ids=["grpo", "ppo-critic", "kl-in-loss"])
 def test_on_policy_update_equals_the_update_with_precomputed_old_logprobs(tiny_model_path, overrides):
-    assert on_policy(load_config(None, overrides).training)
+    assert old_logprobs_source(load_config(None, overrides)) == UPDATE_FORWARD
     today, grads_today, old, batch = one_update(tiny_model_path, overrides, precompute=True)
     inside, grads_inside, _, _ = one_update(tiny_model_path, overrides, precompute=False)
     assert len(grads_today) == len(grads_inside) == 1
@@ -81,7 +82,7 @@ def test_on_policy_update_equals_the_update_with_precomputed_old_logprobs(tiny_m
 
 @pytest.mark.parametrize("overrides", [["training.mini_batches=2"], ["training.ppo_epochs=2"]])
 def test_off_policy_update_takes_one_no_grad_pass_with_the_same_numbers(tiny_model_path, overrides):
-    assert not on_policy(load_config(None, overrides).training)
+    assert old_logprobs_source(load_config(None, overrides)) == RECOMPUTE
     today, grads_today, _, _ = one_update(tiny_model_path, overrides, precompute=True)
     inside, grads_inside, _, _ = one_update(tiny_model_path, overrides, precompute=False)
     assert len(grads_today) == len(grads_inside) == 2
@@ -91,8 +92,9 @@ def test_off_policy_update_takes_one_no_grad_pass_with_the_same_numbers(tiny_mod
     assert inside == today
 
 
-def test_the_driver_computes_old_logprobs_only_for_a_kl_penalty_in_the_reward():
-    cfg = load_config(None, ["algorithm.kl_coef=0.1", "algorithm.kl_in=reward"])
-    assert driver_needs_old_logprobs(cfg.algorithm, has_reference=True)
-    assert not driver_needs_old_logprobs(load_config(None, KL_LOSS).algorithm, has_reference=True)
-    assert not driver_needs_old_logprobs(cfg.algorithm, has_reference=False)
+def test_old_logprobs_come_before_the_update_only_for_a_kl_penalty_in_the_reward():
+    kl_in_reward = ["algorithm.kl_coef=0.1", "algorithm.kl_in=reward"]
+    assert old_logprobs_source(load_config(None, kl_in_reward)) == BEFORE_UPDATE
+    assert old_logprobs_source(load_config(None, [*kl_in_reward, "training.ppo_epochs=2"])) == BEFORE_UPDATE
+    assert old_logprobs_source(load_config(None, KL_LOSS)) == UPDATE_FORWARD
+    assert old_logprobs_source(load_config(None, ["algorithm.kl_in=reward"])) == UPDATE_FORWARD  # no reference

@@ -140,7 +140,7 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
     evaluated_at = []  # the number of steps trained when each evaluation ran
     trained = []
 
-    def fake_train_step(cfg, actors, prompts, step, *args):
+    def fake_train_step(cfg, actors, plan, step, *args):
         trained.append(step)
         return {driver.keys.REWARD_MEAN: 0.5}
 
@@ -159,10 +159,10 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
     )
     monkeypatch.setattr(driver, "sync_weights", lambda actors, version: None)
     monkeypatch.setattr(driver, "evaluate", fake_evaluate)
+    monkeypatch.setattr(driver, "step_plan", lambda *a: SimpleNamespace(state_dict=lambda: None))
     monkeypatch.setattr(driver, "train_step", fake_train_step)
     monkeypatch.setattr(driver, "publish_ray_metrics", lambda *a: None)
     monkeypatch.setattr(driver, "save_training_checkpoint", lambda *a, **k: None)
-    monkeypatch.setattr(driver, "ray", SimpleNamespace(get=lambda x: x))
     cfg = load_config(
         None,
         [

@@ -5,9 +5,9 @@ is built in process here, as a plain class."""
 import pickle
 import threading
 
-import driver
 from actors.pools import actor_bundles, actor_roles
 from actors.rollout import RolloutWorker
+from actors.steps import count_failures
 from relay.config import load_config
 from relay.envs.arithmetic import arithmetic_reward, make_rows
 
@@ -26,7 +26,7 @@ def test_the_worker_returns_its_samples_scored(tiny_model_path):
     assert len(samples) == 6 and metrics["rollout/reward_seconds"] >= 0
     assert [s.reward for s in samples] == [arithmetic_reward(s) for s in samples]
     assert all(s.reward_error is None for s in samples)
-    assert driver.score(samples) == {"reward/errors": 0.0, "env/errors": 0.0}
+    assert count_failures(samples) == {"reward/errors": 0.0, "env/errors": 0.0}
 
 
 def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path):
@@ -34,7 +34,7 @@ def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path)
     worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1)
     samples, _ = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     assert all(s.reward == 0.0 and "reward is nan" in s.reward_error for s in samples)
-    assert driver.score(samples)["reward/errors"] == 8.0
+    assert count_failures(samples)["reward/errors"] == 8.0
 
 
 def test_a_sample_that_cannot_be_pickled_becomes_a_counted_record(tiny_model_path):
@@ -62,4 +62,4 @@ def test_a_sample_that_cannot_be_pickled_becomes_a_counted_record(tiny_model_pat
     assert "TypeError" in bad[1].meta["unserializable"] and "env" not in bad[1].meta
     assert all(s.reward_error is None and "unserializable" not in s.meta for s in good)
     assert [s.group_id for s in samples] == [0, 0, 1, 1] and bad[0].response_ids  # the tokens stay exact
-    assert driver.score(samples)["reward/errors"] == 2.0  # never trained on (neutralized like a reward error)
+    assert count_failures(samples)["reward/errors"] == 2.0  # never trained on (neutralized like a reward error)

@@ -1,0 +1,212 @@
+"""How the driver's step runs its phases on the actors, decided once at start-up (`step_plan`).
+
+Every step has the same phases, in driver.py's order: take samples (rolled out and scored) ->
+what the advantages need (reference logprobs, values, old logprobs) -> update -> weight sync.
+`ActorCalls` makes the calls of each phase on separate actors, its samples rolled out now
+(`collect`) or by the producer while earlier steps trained (training.mode one_step_off / async);
+`OneCall` is a colocated sync step with nothing to do between rollout and update: one actor
+call runs both, and the later phases hand back what it returned.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import ray
+
+from actors.pools import one_call_steps
+from actors.producer import RolloutProducer
+from actors.reward_model import score_with_reward_model
+from actors.weights import sleep_engines, sync_weights
+from relay.config import Config
+from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
+from relay.envs.data import PromptIterator
+from relay.envs.scoring import trainable
+from relay.failures import step_failures
+from relay.run import metric_keys as keys
+from relay.run.folder import PhaseTimer, eval_metrics, merge_rollout_metrics, split
+from relay.types import Sample
+from relay.update.dapo import mixed_groups, punish_overlong
+
+# ---------------------------------------------------------------------------------------------
+# rollouts and their scores
+
+
+def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
+    """Shard prompts over the rollout workers; one group id per prompt across the whole batch.
+    `seed_round` seeds sampling, so a resumed run samples exactly what the first run did."""
+    shards = split(rows, len(actors.rollout))
+    results = actors.faults.rollout_shards(  # a lost shard is redone, same seed, on the worker's replacement
+        actors.rollout,
+        lambda i, w: w.rollout.remote(
+            shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy
+        ),
+    )
+    return [s for shard_samples, _ in results for s in shard_samples], merge_rollout_metrics([m for _, m in results])
+
+
+def count_failures(samples: list[Sample]) -> dict[str, float]:
+    """The rollout workers return their samples scored (the reward function in-process, or on the
+    EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures."""
+    return {"reward/errors": float(sum(s.reward_error is not None for s in samples)), **step_failures(samples)}
+
+
+def score(cfg: Config, actors, samples: list[Sample]) -> dict[str, float]:
+    """A rollout's samples, scored by the workers: reward-model scores into the rewards, failures
+    counted (the rule's and the RM's alike); with DAPO's overlong buffer, the long ones punished."""
+    metrics, a = score_with_reward_model(actors, samples), cfg.algorithm  # reward_model.*
+    metrics.update(count_failures(samples))
+    if a.overlong_buffer_len:  # DAPO soft overlong punishment
+        punish_overlong(samples, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
+    return metrics
+
+
+def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
+    """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
+    rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
+    samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
+    return eval_metrics(cfg.task, [s.reward for s in samples])
+
+
+def sampling_round(cfg: Config, step: int, attempt: int = 0) -> int:
+    """The rollout's seed round: one per try of every step, so a resumed run samples as the first did."""
+    return step * cfg.algorithm.dynamic_sampling_max_tries + attempt
+
+
+def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
+    """Roll out and score one batch. With DAPO dynamic sampling, groups whose rewards are all
+    equal carry no signal: drop them and draw more prompts, at most `dynamic_sampling_max_tries`."""
+    a, want = cfg.algorithm, cfg.training.prompts_per_step
+    kept, metrics = [], {"dapo/groups_dropped": 0.0}
+    for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
+        samples, metrics_rollout = rollout(
+            actors, prompts.take(want), sampling_round(cfg, step, attempt), first_group_id=attempt * want
+        )
+        tools = {
+            k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
+        }  # every try's calls
+        metrics.update(metrics_rollout, **tools, **score(cfg, actors, samples))
+        if not a.dynamic_sampling:
+            return samples, metrics
+        mixed = mixed_groups(samples)
+        metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / cfg.rollout.n
+        kept += [s for s, keep in zip(samples, mixed) if keep]
+        if len(kept) >= want * cfg.rollout.n:
+            break
+    metrics["dapo/tries"] = attempt + 1.0
+    # all groups flat after every try: train on the last batch
+    return kept[: want * cfg.rollout.n] or samples, metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# the step's phases
+
+
+class StepPlan(Protocol):
+    """The phases of one step, called in this order; each times itself on `timer`."""
+
+    def take_samples(self, step: int, timer: PhaseTimer) -> tuple[list[Sample], dict[str, float]]: ...
+    def advantage_inputs(self, samples: list[Sample], timer: PhaseTimer) -> dict: ...
+    def update(self, inputs: dict, timer: PhaseTimer) -> dict[str, float]: ...
+    def sync_weights(self, version: int) -> None: ...
+    def state_dict(self) -> dict | None: ...
+
+
+class ActorCalls:
+    """Each phase its own calls: the rollout workers', then the reference's, the critic's and the
+    learner's. With a producer the samples were rolled out while earlier steps trained, and the
+    weight sync is not waited for."""
+
+    def __init__(self, cfg: Config, actors, prompts: PromptIterator, kl_ctl, producer: RolloutProducer | None):
+        self.cfg, self.actors, self.prompts, self.kl_ctl, self.producer = cfg, actors, prompts, kl_ctl, producer
+
+    def take_samples(self, step, timer):
+        cfg, actors, producer = self.cfg, self.actors, self.producer
+        with timer("rollout"):  # the learner waits for its data here
+            found = collect(cfg, actors, self.prompts, step) if producer is None else producer.take()
+        if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
+            sleep_engines(actors)
+        return found
+
+    def advantage_inputs(self, samples, timer):
+        """The update calls' arguments: the trainable samples, put once in the object store for
+        every actor that reads them, and object refs to what their Batch's advantages need."""
+        actors = self.actors
+        trained = trainable(samples)  # no reward, no gradient: a NaN never reaches the advantages
+        step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
+        with timer("reference"):
+            refs, handles = {}, []
+            if old_logprobs_source(self.cfg) == BEFORE_UPDATE:  # else the learner's update finds them
+                refs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
+                handles.append(actors.learner)
+            if actors.critic:
+                refs["values"] = actors.critic.compute_values.remote(step_ref)
+                handles.append(actors.critic)
+            if actors.reference is not None:
+                refs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
+                handles.append(actors.reference)
+            actors.faults.wait(list(refs.values()), handles, "logprobs and values", long=True)
+        return {"step": step_ref, **refs}
+
+    def update(self, inputs, timer):
+        """The learner's (and the critic's) update; metrics with the batch's reward/mean, ..."""
+        with timer("update"):
+            updating = [h for h in (self.actors.learner, self.actors.critic) if h is not None]
+            calls = [h.update.remote(kl_coef=self.kl_ctl.value, **inputs) for h in updating]
+            updates = self.actors.faults.get(calls, updating, "update", long=True)  # past its deadline, the run stops
+        return {k: v for m in updates for k, v in m.items()}
+
+    def sync_weights(self, version):
+        if self.producer is None:
+            sync_weights(self.actors, version)
+        else:  # each worker loads it after its calls in flight; later calls run on it
+            self.producer.sync_weights(version)
+
+    def state_dict(self):
+        """The producer's groups and calls (it first finishes the calls in flight, which draw prompts)."""
+        return None if self.producer is None else self.producer.state_dict()
+
+
+class OneCall:
+    """A colocated sync step in one call (one round trip instead of two; the samples cross once).
+    The actor rolls out, then updates on the trainable samples, finding its own old logprobs,
+    and times both phases; the later phases hand back what the call returned."""
+
+    def __init__(self, cfg: Config, actors, prompts: PromptIterator, kl_ctl):
+        self.cfg, self.actors, self.prompts, self.kl_ctl = cfg, actors, prompts, kl_ctl
+        self.update_metrics: dict[str, float] = {}
+
+    def take_samples(self, step, timer):
+        actors = self.actors
+        call = actors.learner.rollout_and_update.remote(
+            self.prompts.take(self.cfg.training.prompts_per_step), sampling_round(self.cfg, step), self.kl_ctl.value
+        )
+        samples, rollout_metrics, self.update_metrics, seconds = actors.faults.get(
+            call, actors.learner, "step", long=True
+        )
+        actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
+        timer.seconds.update(seconds)
+        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples)}
+
+    def advantage_inputs(self, samples, timer):
+        return {}  # none: no reference or critic here, and the update found its own old logprobs
+
+    def update(self, inputs, timer):
+        return self.update_metrics  # the call's update, already run
+
+    def sync_weights(self, version):
+        sync_weights(self.actors, version)  # the update tagged the shared module's weights: no copy
+
+    def state_dict(self):
+        return None
+
+
+def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: int, pipeline: dict | None) -> StepPlan:
+    """The step's plan for this run's layout and training.mode."""
+    if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
+        scored = lambda samples: score(cfg, actors, samples)  # noqa: E731
+        producer = RolloutProducer(cfg, actors, prompts, scored, start_step, pipeline)
+        return ActorCalls(cfg, actors, prompts, kl_ctl, producer)
+    if one_call_steps(cfg, actors):  # colocated, nothing between the rollout and the update
+        return OneCall(cfg, actors, prompts, kl_ctl)
+    return ActorCalls(cfg, actors, prompts, kl_ctl, None)
