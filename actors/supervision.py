@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryError, RayActorError
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
@@ -383,6 +383,8 @@ class actor_loss_stops:
             raise ActorLost(str(lost), self.run_dir) from exc
         if exc_type is not None and issubclass(exc_type, RayActorError):
             raise ActorLost(actor_error_line(exc), self.run_dir) from exc
+        if exc_type is not None and issubclass(exc_type, OutOfMemoryError):  # Ray's memory monitor killed a call's worker
+            raise ActorLost(f"killed for memory: {str(exc).strip().splitlines()[0][:300]}", self.run_dir) from exc
         return False
 
 

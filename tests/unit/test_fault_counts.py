@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, OutOfMemoryError
 
 from actors.supervision import FAULT_COUNTS, ShardLost, Supervisor, actor_error_line, actor_loss_stops
 from relay.failures import ActorLost
@@ -38,6 +38,9 @@ def test_a_dead_actor_leaves_the_run_as_actor_lost_naming_the_run_folder(tmp_pat
     with pytest.raises(ActorLost) as raised, actor_loss_stops(tmp_path):
         raise ActorLost("rollout-0 rollout shard failed on 4 replacements in a row")
     assert raised.value.run_dir == tmp_path and "4 replacements" in str(raised.value)
+    memory = OutOfMemoryError("2 worker(s) were killed due to the node running low on memory.\nRefer to ...")
+    with pytest.raises(ActorLost, match="^killed for memory: 2 worker.s. were killed .*memory.$"), actor_loss_stops(tmp_path):
+        raise memory  # one line and the resume command (or resources.auto_resume), not Ray's traceback
 
 
 def test_the_error_line_names_the_actor():
