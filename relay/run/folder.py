@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import statistics
 import time
@@ -186,6 +187,7 @@ def summarize(
             sft = f" -> {summary[f'{name}_after_sft']:.3f} (after SFT)"
         held_out.append(f"{name.replace('_', ' ')} {start:.3f}{sft} -> {value:.3f}")
     summary["run_dir"] = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")  # benchmarks read it
     print(
         f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} "
         f"(mean of first/last {k} steps); held-out {'; '.join(held_out)}"
