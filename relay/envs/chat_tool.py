@@ -20,28 +20,18 @@ import json
 import random
 from typing import Any
 
-from relay.tools.registry import PYTHON_TOOL_DESCRIPTION
-
-# The parameters the built-in python tool declares (relay.tools.registry.PythonTool's schema).
+# The built-in python tool's parameters, with a short description: every token of the system prompt
+# is paid again in every rollout, evaluation and update.
 PYTHON_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "python",
-        "description": PYTHON_TOOL_DESCRIPTION,
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python program to run."}},
-            "required": ["code"],
-        },
-    },
+    "name": "python",
+    "description": "Run Python code and return what it prints.",
+    "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
 }
 # Hermes-style tool use in the system prompt, for chat templates that do not render `tools=`.
 SYSTEM = (
-    "You are a helpful assistant with one tool.\n<tools>\n"
-    + json.dumps(PYTHON_SCHEMA)
-    + "\n</tools>\nTo call it, write:\n<tool_call>\n"
-    + '{"name": "python", "arguments": {"code": "print(2 * 3)"}}'
-    + "\n</tool_call>\nIts output comes back in a tool message. Then answer with the number only."
+    f"You can call this tool:\n<tools>\n{json.dumps(PYTHON_SCHEMA)}\n</tools>\n"
+    'Call it as <tool_call>\n{"name": "python", "arguments": {"code": "print(2 * 3)"}}\n</tool_call>\n'
+    "Its output comes back in a tool message. Then answer with the number only."
 )
 # (expression template, operand range): three-digit products, and two steps on two-digit numbers
 SHAPES = (
