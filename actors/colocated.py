@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from actors.learner import Learner
+from actors.plumbing import RelayActor
 from actors.rollout import RolloutWorker, peak_rss_mb
-from actors.weights import node_id
 from relay.config import Config
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
@@ -32,8 +32,9 @@ from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.types import Batch, Sample
 
 
-class ColocatedWorker:
-    learner, worker = None, None  # __repr__'s fields; see RolloutWorker
+class ColocatedWorker(RelayActor):
+    repr_format = "{learner!r}, {worker!r}"  # actors/plumbing.py
+    learner, worker = None, None
 
     def __init__(
         self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
@@ -113,11 +114,5 @@ class ColocatedWorker:
 
     # -- both
 
-    def node_id(self) -> str:
-        return node_id()
-
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()
-
-    def __repr__(self) -> str:
-        return f"ColocatedWorker({self.learner!r}, {self.worker!r})"

@@ -11,8 +11,7 @@ import time
 
 import torch
 
-from actors.rank_group import RankMember
-from actors.weights import node_id
+from actors.rank_group import RankMember, UpdatingRankGroupMember
 from relay.algos.objective import critic_objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
@@ -21,19 +20,19 @@ from relay.models.loading import DTYPES, actor_device, import_transformers
 from relay.models.resolve import model_folder
 from relay.types import Batch, Sample
 from relay.update.batch import as_batch, prepare_batch
-from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
+from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, share_rows
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.policy import response_values
 
 
-class Critic:
-    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+class Critic(UpdatingRankGroupMember):
+    repr_format = "critic-0, step {updates}, {tokens_per_s:.0f} tok/s, {last_update}"  # actors/plumbing.py
 
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed + 1)
-        self.cfg = cfg
+        self.cfg, self.training = cfg, cfg.training
         c = cfg.critic
         transformers = import_transformers()
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
@@ -52,8 +51,6 @@ class Critic:
             checkpoint_activations(self.model)
         self.ranks = RankMember()  # a rank group's member when resources.critic.count > 1 (actors/rank_group.py)
         self._make_optimizer()
-        # What __repr__ reports: plain attributes set where the work happens (see Learner).
-        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
         c = self.cfg.critic
@@ -62,17 +59,6 @@ class Critic:
             self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, fused=not self.ranks.sharded
         )
         self.scheduler = make_lr_scheduler(self.optimizer, self.cfg.training)  # the learner's schedule, critic.lr
-
-    def node_id(self) -> str:
-        return node_id()
-
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
-
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-        self._make_optimizer()  # over the sharded parameters
 
     @torch.no_grad()
     def compute_values(self, step: list[Sample] | Batch) -> torch.Tensor | None:
@@ -112,10 +98,6 @@ class Critic:
         self.updates += 1
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
-
-    def __repr__(self) -> str:
-        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
-        return f"Critic(critic-0, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         values = response_values(self.model, micro)

@@ -1,8 +1,9 @@
 """Learner (the policy being trained) and Reference (frozen policy for KL).
 
 One actor per role, or (resources.<role>.count > 1, or an FSDP option) one rank of a group
-(actors/rank_group.py): then `join_rank_group` shards the model with FSDP2, each rank takes its
-share of every batch, and rank 0 answers for the group.
+(actors/rank_group.py): then `join_rank_group` (RankGroupMember) shards the model with FSDP2, each
+rank takes its share of every batch, and rank 0 answers for the group. The Learner's end of the
+weight sync is SendsWeights (actors/weight_ends.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import time
 
 import torch
 
-from actors.rank_group import RankMember
-from actors.weight_ends import WeightSender
-from actors.weights import node_id
+from actors.rank_group import RankGroupMember, RankMember, UpdatingRankGroupMember
+from actors.weight_ends import SendsWeights
 from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
@@ -33,20 +33,11 @@ from relay.models.lora import (
 from relay.run.metric_keys import LEARNER_UPDATE_S
 from relay.types import Batch, Sample
 from relay.update.batch import as_batch, prepare_batch
-from relay.update.fsdp import (
-    checkpoint_activations,
-    gather_rows,
-    master_dtype,
-    save_hf_sharded,
-    shard_model,
-    share_rows,
-)
+from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, share_rows
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update
 from relay.update.policy import compute_logprobs, response_logprobs
-from relay.weights.shared_memory import SharedWeightsHandle
-from relay.weights.transfer import BroadcastPlan, WeightPayload
 
 
 def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, device) -> torch.Tensor | None:
@@ -57,43 +48,32 @@ def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, d
     return gather_rows(compute_logprobs(model, share, temperature, device), has_rows)
 
 
-class Reference:
-    batches = 0  # __repr__'s field; see RolloutWorker
+class Reference(RankGroupMember):
+    repr_format = "reference-0, frozen weights v0, {batches} batches scored"  # actors/plumbing.py
+    batches = 0
 
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        self.cfg = cfg
+        self.cfg, self.training = cfg, cfg.training
         self.temperature = cfg.rollout.temperature
         self.device = actor_device()
         self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device).eval()
         self.ranks = RankMember()
-        self.batches = 0  # for __repr__
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         self.batches += 1
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
-    def node_id(self) -> str:
-        return node_id()
 
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
-
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-
-    def __repr__(self) -> str:
-        return f"Reference(reference-0, frozen weights v0, {self.batches} batches scored)"
-
-
-class Learner:
-    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+class Learner(UpdatingRankGroupMember, SendsWeights):
+    # actors/plumbing.py. `updates` is the policy's weight version (the driver tags the weights after
+    # step N's update as version N) and comes back with a checkpoint.
+    repr_format = "learner-0, weights v{updates}, step {updates}, {tokens_per_s:.0f} tok/s, {last_update}"
 
     def __init__(self, cfg: Config, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.run.seed)
-        self.cfg = cfg
+        self.cfg, self.training = cfg, cfg.training
         self.temperature = cfg.rollout.temperature
         # The whole loss (relay/algos/objective.py); algorithm.tis_cap's null resolved by training.mode
         self.objective = Objective.from_settings(cfg.algorithm, tis_cap(cfg))
@@ -110,11 +90,6 @@ class Learner:
         self._make_optimizer()
         # What a weight sync sends: the whole (merged) weights, or with model.lora.sync the adapters alone
         self.adapters_only = cfg.model.lora.sends_adapters(cfg.rollout.engine)
-        self.weights_out = WeightSender(lambda: engine_weights(self.model, self.adapters_only))
-        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
-        # set where the work happens. `updates` is the policy's weight version (the driver tags the
-        # weights after step N's update as version N) and comes back with a checkpoint.
-        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
         t = self.cfg.training
@@ -126,17 +101,12 @@ class Learner:
         )
         self.scheduler = make_lr_scheduler(self.optimizer, t)
 
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
+    def _weights_to_send(self) -> dict[str, torch.Tensor]:
+        # sharded, keep_vars: tied weights stay one parameter object, sent once
+        return engine_weights(self.model, self.adapters_only, keep_vars=self.ranks.sharded)
 
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-        self._make_optimizer()  # over the sharded parameters
-        # keep_vars: tied weights stay one parameter object, sent once
-        self.weights_out = WeightSender(
-            lambda: engine_weights(self.model, self.adapters_only, keep_vars=True), peer=rank > 0
-        )
+    def _weight_peer(self) -> bool:
+        return self.ranks.rank > 0
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
@@ -185,12 +155,6 @@ class Learner:
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
 
-    def __repr__(self) -> str:
-        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
-        return (
-            f"Learner(learner-0, weights v{self.updates}, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
-        )
-
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
         old = logprobs.detach() if micro.old_logprobs is None else micro.old_logprobs
@@ -204,32 +168,6 @@ class Learner:
             loss_mask=micro.loss_mask,
         )
         return loss, metrics | old_logprob_stats(old, micro, self.cfg.algorithm.kl_estimator)
-
-    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_out does the work
-
-    def node_id(self) -> str:
-        return node_id()
-
-    def get_weights(self) -> WeightPayload | None:
-        return self.weights_out.payload()
-
-    def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
-        return self.weights_out.open_shared(tag)
-
-    def publish_shared_weights(self, version: int) -> None:
-        self.weights_out.publish_shared(version)
-
-    def unlink_shared_weights(self) -> None:
-        self.weights_out.unlink_shared()
-
-    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
-        return self.weights_out.listen(one_node)
-
-    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
-        self.weights_out.join(host, port, world_size, backend, tag, secret)
-
-    def broadcast_weights(self) -> None:
-        self.weights_out.broadcast()
 
     # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
 
