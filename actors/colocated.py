@@ -24,6 +24,7 @@ from actors.learner import Learner
 from actors.plumbing import RelayActor
 from actors.rollout import RolloutWorker, peak_rss_mb
 from relay.config import Config
+from relay.config.role_settings import PolicySettings
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
@@ -39,7 +40,7 @@ class ColocatedWorker(RelayActor):
     def __init__(
         self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
     ):
-        self.learner = Learner(cfg, model_path, num_threads)  # its module stays in eval mode: dropout off
+        self.learner = Learner(PolicySettings.of(cfg), model_path, num_threads)  # eval mode: dropout off
         m = cfg.model
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
         cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)

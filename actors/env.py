@@ -8,7 +8,7 @@ pool that ran the episodes, so a reward function receives the episode's own envi
 from __future__ import annotations
 
 from actors.plumbing import RelayActor
-from relay.config import Config, resolve_dotted
+from relay.config import TaskConfig, resolve_dotted
 from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
@@ -20,11 +20,10 @@ class EnvPool(RelayActor):
     repr_format = "env-{index}, {calls} calls, {errors} errors"
     index, calls, errors = 0, 0, 0
 
-    def __init__(self, cfg: Config, index: int = 0):
+    def __init__(self, task: TaskConfig, index: int = 0):
         self.index = index
-        t = cfg.task
-        self.envs = EnvRunner(EnvMaker(resolve_dotted(t.env), t.env_config)) if t.env else None
-        self.scorer = Scorer(resolve_dotted(t.reward_fn_path), self.envs)
+        self.envs = EnvRunner(EnvMaker(resolve_dotted(task.env), task.env_config)) if task.env else None
+        self.scorer = Scorer(resolve_dotted(task.reward_fn_path), self.envs)
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
         results = self.envs.reset(episode_ids, rows)

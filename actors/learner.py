@@ -18,8 +18,8 @@ from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
-from relay.config import Config
-from relay.config.resolved import UPDATE_FORWARD, old_logprobs_source, tis_cap
+from relay.config.resolved import UPDATE_FORWARD
+from relay.config.role_settings import PolicySettings
 from relay.models.loading import actor_device, load_model
 from relay.models.lora import (
     adapters_disabled,
@@ -52,12 +52,12 @@ class Reference(RankGroupMember):
     repr_format = "reference-0, frozen weights v0, {batches} batches scored"  # actors/plumbing.py
     batches = 0
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+    def __init__(self, settings: PolicySettings, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        self.cfg, self.training = cfg, cfg.training
-        self.temperature = cfg.rollout.temperature
+        self.training, self.temperature = settings.training, settings.temperature
         self.device = actor_device()
-        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device).eval()
+        m = settings.model
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device).eval()
         self.ranks = RankMember()
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
@@ -70,29 +70,27 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
     # step N's update as version N) and comes back with a checkpoint.
     repr_format = "learner-0, weights v{updates}, step {updates}, {tokens_per_s:.0f} tok/s, {last_update}"
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+    def __init__(self, settings: PolicySettings, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        torch.manual_seed(cfg.run.seed)
-        self.cfg, self.training = cfg, cfg.training
-        self.temperature = cfg.rollout.temperature
+        torch.manual_seed(settings.seed)
+        self.settings, self.training, self.temperature = settings, settings.training, settings.temperature
         # The whole loss (relay/algos/objective.py); algorithm.tis_cap's null resolved by training.mode
-        self.objective = Objective.from_settings(cfg.algorithm, tis_cap(cfg))
+        self.objective = Objective.from_settings(settings.algorithm, settings.tis_cap)
         self.device = actor_device()
-        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
-        if cfg.model.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
-            self.model = attach_adapters(self.model, cfg.model.lora)
+        m = settings.model
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device)
+        if m.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
+            self.model = attach_adapters(self.model, m.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
-        if cfg.training.activation_checkpointing:
+        if self.training.activation_checkpointing:
             checkpoint_activations(self.model)
         self.ranks = RankMember()
         self._make_optimizer()
-        # What a weight sync sends: the whole (merged) weights, or with model.lora.sync the adapters alone
-        self.adapters_only = cfg.model.lora.sends_adapters(cfg.rollout.engine)
 
     def _make_optimizer(self) -> None:
-        t = self.cfg.training
+        t = self.training
         # Fused AdamW (one kernel over all parameters, CPU or GPU; what transformers' Trainer picks):
         # 3x faster than the per-tensor loop torch uses on CPU by default (the tiny model's
         # step on 2 cores). A rank group's DTensor parameters keep torch's default.
@@ -103,7 +101,8 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
 
     def _weights_to_send(self) -> dict[str, torch.Tensor]:
         # sharded, keep_vars: tied weights stay one parameter object, sent once
-        return engine_weights(self.model, self.adapters_only, keep_vars=self.ranks.sharded)
+        # the whole (merged) weights, or with model.lora.sync the adapters alone
+        return engine_weights(self.model, self.settings.adapters_only, keep_vars=self.ranks.sharded)
 
     def _weight_peer(self) -> bool:
         return self.ranks.rank > 0
@@ -123,7 +122,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         the caller (tests, benchmarks) is trained on as it is."""
         if isinstance(step, Batch):
             return self._update(step)
-        batch, metrics = prepare_batch(step, self.cfg.algorithm, **inputs)
+        batch, metrics = prepare_batch(step, self.settings.algorithm, **inputs)
         if not batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
             self.updates += 1  # the weights after this step are still the step's version
             return metrics
@@ -134,16 +133,16 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         Old logprobs not given come from here (relay/config/resolved.py: old_logprobs_source)."""
         start = time.perf_counter()
         batch = batch.to(self.device)
-        if batch.old_logprobs is None and old_logprobs_source(self.cfg) != UPDATE_FORWARD:  # else _loss's own
+        if batch.old_logprobs is None and self.settings.old_logprobs != UPDATE_FORWARD:  # else _loss's own
             batch.old_logprobs = old_logprobs_before_update(self.model, batch, self.temperature, self.ranks.sharded)
         metrics = run_update(
             self.model,
             self.optimizer,
             batch,
             self._loss,
-            self.cfg.training,
-            seed=self.cfg.run.seed,
-            weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean",
+            self.training,
+            seed=self.settings.seed,
+            weight_by_tokens=self.settings.algorithm.loss_agg == "token-mean",
             scheduler=self.scheduler,
             rank=self.ranks.rank,
             world_size=self.ranks.world_size,
@@ -167,7 +166,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
             advantages=micro.advantages,
             loss_mask=micro.loss_mask,
         )
-        return loss, metrics | old_logprob_stats(old, micro, self.cfg.algorithm.kl_estimator)
+        return loss, metrics | old_logprob_stats(old, micro, self.settings.algorithm.kl_estimator)
 
     # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
 
@@ -209,8 +208,8 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         from relay.models.loading import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path) if self.ranks.rank == 0 else None
-        if self.cfg.model.lora.rank:  # a peft adapter folder (+ merged/): every rank gathers, rank 0 writes
-            writer = final_folder_writer(self.model, self.cfg.checkpoint.save_merged, tokenizer, self.ranks.rank == 0)
+        if self.settings.model.lora.rank:  # a peft adapter folder (+ merged/): every rank gathers, rank 0 writes
+            writer = final_folder_writer(self.model, self.settings.save_merged, tokenizer, self.ranks.rank == 0)
             if writer is not None:
                 save_hf_model(writer, None, folder)
         elif self.ranks.sharded:
