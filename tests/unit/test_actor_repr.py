@@ -4,6 +4,7 @@ are built in process here, as plain classes: the repr must follow the work witho
 
 import pytest
 
+from actors.colocated import ColocatedWorker
 from actors.critic import Critic
 from actors.env import EnvPool
 from actors.learner import Learner, Reference
@@ -120,7 +121,7 @@ def test_env_pool_and_tool_executor_reprs_count_calls_and_errors(cfg):
         executor.close()
 
 
-@pytest.mark.parametrize("cls", [RolloutWorker, Learner, Reference, Critic, EnvPool, ToolExecutor])
+@pytest.mark.parametrize("cls", [RolloutWorker, Learner, Reference, Critic, EnvPool, ToolExecutor, ColocatedWorker])
 def test_repr_of_an_instance_whose_init_failed(cls):
     """Ray calls __repr__ for the error of an __init__ that raised; a repr that raised in turn
     would replace that error with a worker crash (seen with an unbuildable sandbox)."""
