@@ -7,7 +7,9 @@ stand-in with the same method names, read from the module's source (no import), 
 to the real object, which the actor process builds in `__init__`. The handle reads as before
 (`learner.update.remote(...)`), the dashboard shows the real class name and `__repr__`.
 
-The real class must be a plain class (no base classes): its methods are the `def`s in its body.
+The methods are the `def`s in the class body and in its base classes' bodies, each base found
+through the module's own imports (`from actors.plumbing import RelayActor`) or in the module
+itself, and read from its source in turn: a base may live in a module that imports torch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from functools import cache
 def actor_class(module: str, name: str) -> type:
     """A stand-in for `module.name` with its methods, for ray.remote in a process without `module`."""
     methods = {}
-    for fn_name, is_generator in _methods(module, name):
+    for fn_name, is_generator in _methods(module, name).items():
         methods[fn_name] = _generator_method(fn_name) if is_generator else _method(fn_name)
 
     def __init__(self, *args, **kwargs):
@@ -47,25 +49,51 @@ def actor_class(module: str, name: str) -> type:
     return type(name, (), {**attributes, "__relay_actor__": (module, name), **methods})
 
 
-def _methods(module: str, name: str) -> list[tuple[str, bool]]:
-    """(name, is a generator) of each method `def`ined in the class body, read from the source."""
+def _methods(module: str, name: str) -> dict[str, bool]:
+    """{name: is a generator} of each method `def`ined in the class body or its bases' bodies,
+    read from the source; the class's own definition wins over a base's, an earlier base's over a
+    later one's (Python's order for classes without shared bases)."""
+    tree = _source(module)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if node is None:
+        raise ImportError(f"actor class {module}.{name}: no class {name} in module {module}")
+    found: dict[str, bool] = {}
+    for base in reversed(node.bases):
+        if not isinstance(base, ast.Name):
+            raise TypeError(f"actor class {module}.{name}: base {ast.unparse(base)} is not a plain name")
+        found.update(_methods(*_defined_at(tree, module, base.id)))
+    for fn in node.body:
+        if (
+            isinstance(fn, ast.FunctionDef)
+            and not (fn.name.startswith("__") and fn.name.endswith("__"))
+            and not any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
+        ):
+            found[fn.name] = _yields(fn)
+    return found
+
+
+@cache
+def _source(module: str) -> ast.Module:
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise ImportError(f"actor class {module}.{name}: no module {module}")
+        raise ImportError(f"actor class: no module {module}")
     with open(spec.origin, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), spec.origin)
+        return ast.parse(f.read(), spec.origin)
+
+
+def _defined_at(tree: ast.Module, module: str, name: str) -> tuple[str, str]:
+    """(module, class name) of the class that `name` means in `module`: one of its own, or one it imports."""
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
-            if node.bases:
-                raise TypeError(f"actor class {module}.{name}: a plain class is needed, it has base classes")
-            return [
-                (fn.name, _yields(fn))
-                for fn in node.body
-                if isinstance(fn, ast.FunctionDef)
-                and not (fn.name.startswith("__") and fn.name.endswith("__"))
-                and not any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
-            ]
-    raise ImportError(f"actor class {module}.{name}: no class {name} in {spec.origin}")
+            return module, name
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = importlib.util.resolve_name(
+                        "." * node.level + (node.module or ""), module.rpartition(".")[0]
+                    )
+                    return source, alias.name
+    raise TypeError(f"actor class base {name}: neither defined in nor imported by name into {module}")
 
 
 def _yields(fn: ast.FunctionDef) -> bool:

@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from actors.learner import Learner
+from actors.plumbing import RelayActor
 from actors.rollout import RolloutWorker, peak_rss_mb
-from actors.weights import node_id
 from relay.config import Config
+from relay.config.role_settings import PolicySettings
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
@@ -32,13 +33,14 @@ from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.types import Batch, Sample
 
 
-class ColocatedWorker:
-    learner, worker = None, None  # __repr__'s fields; see RolloutWorker
+class ColocatedWorker(RelayActor):
+    repr_format = "{learner!r}, {worker!r}"  # actors/plumbing.py
+    learner, worker = None, None
 
     def __init__(
         self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
     ):
-        self.learner = Learner(cfg, model_path, num_threads)  # its module stays in eval mode: dropout off
+        self.learner = Learner(PolicySettings.of(cfg), model_path, num_threads)  # eval mode: dropout off
         m = cfg.model
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
         cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)
@@ -119,11 +121,5 @@ class ColocatedWorker:
 
     # -- both
 
-    def node_id(self) -> str:
-        return node_id()
-
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()
-
-    def __repr__(self) -> str:
-        return f"ColocatedWorker({self.learner!r}, {self.worker!r})"

@@ -11,68 +11,54 @@ import time
 
 import torch
 
-from actors.rank_group import RankMember
-from actors.weights import node_id
+from actors.rank_group import RankMember, UpdatingRankGroupMember
 from relay.algos.objective import critic_objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
-from relay.config import Config
+from relay.config.role_settings import CriticSettings
 from relay.models.loading import DTYPES, actor_device, import_transformers
 from relay.models.resolve import model_folder
 from relay.types import Batch, Sample
 from relay.update.batch import as_batch, prepare_batch
-from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, shard_model, share_rows
+from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, share_rows
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.policy import response_values
 
 
-class Critic:
-    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
+class Critic(UpdatingRankGroupMember):
+    repr_format = "critic-0, step {updates}, {tokens_per_s:.0f} tok/s, {last_update}"  # actors/plumbing.py
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+    def __init__(self, settings: CriticSettings, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        torch.manual_seed(cfg.run.seed + 1)
-        self.cfg = cfg
-        c = cfg.critic
+        torch.manual_seed(settings.seed + 1)
+        self.settings, self.training = settings, settings.training
+        c, m = settings.critic, settings.model
         transformers = import_transformers()
         transformers.utils.logging.set_verbosity_error()  # the new value head's "newly initialized" notice is expected
         self.model = transformers.AutoModelForTokenClassification.from_pretrained(
             model_folder(c.model_path, "critic.model_path") if c.model_path else model_path,
             num_labels=1,
-            dtype=DTYPES[master_dtype(cfg)],
-            trust_remote_code=cfg.model.trust_remote_code,
+            dtype=DTYPES[master_dtype(m, self.training)],
+            trust_remote_code=m.trust_remote_code,
         )
         self.device = actor_device()
         self.model.to(self.device)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
-        if cfg.training.activation_checkpointing:
+        if self.training.activation_checkpointing:
             checkpoint_activations(self.model)
         self.ranks = RankMember()  # a rank group's member when resources.critic.count > 1 (actors/rank_group.py)
         self._make_optimizer()
-        # What __repr__ reports: plain attributes set where the work happens (see Learner).
-        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
-        c = self.cfg.critic
+        c = self.settings.critic
         # fused outside a rank group, as the Learner's (one kernel: 3x faster on CPU than torch's default loop)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, fused=not self.ranks.sharded
         )
-        self.scheduler = make_lr_scheduler(self.optimizer, self.cfg.training)  # the learner's schedule, critic.lr
-
-    def node_id(self) -> str:
-        return node_id()
-
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
-
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-        self._make_optimizer()  # over the sharded parameters
+        self.scheduler = make_lr_scheduler(self.optimizer, self.training)  # the learner's schedule, critic.lr
 
     @torch.no_grad()
     def compute_values(self, step: list[Sample] | Batch) -> torch.Tensor | None:
@@ -86,7 +72,7 @@ class Critic:
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
         """From a step's samples: the learner's Batch and returns (relay/update/batch.py, the same
         inputs, the same numbers), then the critic's update. A prepared Batch is trained on as it is."""
-        batch = step if isinstance(step, Batch) else prepare_batch(step, self.cfg.algorithm, **inputs)[0]
+        batch = step if isinstance(step, Batch) else prepare_batch(step, self.settings.algorithm, **inputs)[0]
         if not batch.loss_mask.any():  # a batch of failures only: the learner skips it too
             return {}
         return self._update(batch)
@@ -100,8 +86,8 @@ class Critic:
             self.optimizer,
             batch.to(self.device),
             self._loss,
-            self.cfg.training,
-            seed=self.cfg.run.seed,
+            self.training,
+            seed=self.settings.seed,
             weight_by_tokens=True,
             scheduler=self.scheduler,
             rank=self.ranks.rank,
@@ -113,13 +99,9 @@ class Critic:
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
 
-    def __repr__(self) -> str:
-        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
-        return f"Critic(critic-0, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
-
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         values = response_values(self.model, micro)
-        return critic_objective(values, micro.values, micro.returns, micro.loss_mask, self.cfg.critic.clip_range)
+        return critic_objective(values, micro.values, micro.returns, micro.loss_mask, self.settings.critic.clip_range)
 
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         """Weights, optimizer, lr schedule; `as_bytes`: as the Learner's."""

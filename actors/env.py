@@ -7,26 +7,23 @@ pool that ran the episodes, so a reward function receives the episode's own envi
 
 from __future__ import annotations
 
-from relay.config import Config, resolve_dotted
+from actors.plumbing import RelayActor
+from relay.config import TaskConfig, resolve_dotted
 from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
 from relay.types import Sample
 
 
-class EnvPool:
-    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+class EnvPool(RelayActor):
+    # actors/plumbing.py. Calls are environment resets and steps plus samples scored; errors are those that failed.
+    repr_format = "env-{index}, {calls} calls, {errors} errors"
+    index, calls, errors = 0, 0, 0
 
-    def __init__(self, cfg: Config, index: int = 0):
-        # What __repr__ reports: plain counters bumped where the work happens. Calls are
-        # environment resets and steps plus samples scored; errors are those that failed.
-        self.index, self.calls, self.errors = index, 0, 0
-        t = cfg.task
-        self.envs = EnvRunner(EnvMaker(resolve_dotted(t.env), t.env_config)) if t.env else None
-        self.scorer = Scorer(resolve_dotted(t.reward_fn_path), self.envs)
-
-    def __repr__(self) -> str:
-        return f"EnvPool(env-{self.index}, {self.calls} calls, {self.errors} errors)"
+    def __init__(self, task: TaskConfig, index: int = 0):
+        self.index = index
+        self.envs = EnvRunner(EnvMaker(resolve_dotted(task.env), task.env_config)) if task.env else None
+        self.scorer = Scorer(resolve_dotted(task.reward_fn_path), self.envs)
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
         results = self.envs.reset(episode_ids, rows)

@@ -1,8 +1,9 @@
 """Learner (the policy being trained) and Reference (frozen policy for KL).
 
 One actor per role, or (resources.<role>.count > 1, or an FSDP option) one rank of a group
-(actors/rank_group.py): then `join_rank_group` shards the model with FSDP2, each rank takes its
-share of every batch, and rank 0 answers for the group.
+(actors/rank_group.py): then `join_rank_group` (RankGroupMember) shards the model with FSDP2, each
+rank takes its share of every batch, and rank 0 answers for the group. The Learner's end of the
+weight sync is SendsWeights (actors/weight_ends.py).
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ import time
 
 import torch
 
-from actors.rank_group import RankMember
-from actors.weight_ends import WeightSender
-from actors.weights import node_id
+from actors.rank_group import RankGroupMember, RankMember, UpdatingRankGroupMember
+from actors.weight_ends import SendsWeights
 from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
-from relay.config import Config
-from relay.config.resolved import UPDATE_FORWARD, old_logprobs_source, tis_cap
+from relay.config.resolved import UPDATE_FORWARD
+from relay.config.role_settings import PolicySettings
 from relay.models.loading import actor_device, load_model
 from relay.models.lora import (
     adapters_disabled,
@@ -33,21 +33,12 @@ from relay.models.lora import (
 from relay.run.metric_keys import LEARNER_UPDATE_S
 from relay.types import Batch, Sample
 from relay.update.batch import as_batch, prepare_batch
-from relay.update.fsdp import (
-    checkpoint_activations,
-    gather_rows,
-    master_dtype,
-    save_hf_sharded,
-    shard_model,
-    share_rows,
-)
+from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype, save_hf_sharded, share_rows
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update
 from relay.update.policy import compute_logprobs, response_logprobs
 from relay.update.supervised import supervised_step
-from relay.weights.shared_memory import SharedWeightsHandle
-from relay.weights.transfer import BroadcastPlan, WeightPayload
 
 
 def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, device) -> torch.Tensor | None:
@@ -58,68 +49,50 @@ def group_logprobs(model, batch: Batch, temperature: float, ranks: RankMember, d
     return gather_rows(compute_logprobs(model, share, temperature, device), has_rows)
 
 
-class Reference:
-    batches = 0  # __repr__'s field; see RolloutWorker
+class Reference(RankGroupMember):
+    repr_format = "reference-0, frozen weights v0, {batches} batches scored"  # actors/plumbing.py
+    batches = 0
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+    def __init__(self, settings: PolicySettings, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        self.cfg = cfg
-        self.temperature = cfg.rollout.temperature
+        self.training, self.temperature = settings.training, settings.temperature
         self.device = actor_device()
-        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device).eval()
+        m = settings.model
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device).eval()
         self.ranks = RankMember()
-        self.batches = 0  # for __repr__
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         self.batches += 1
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
-    def node_id(self) -> str:
-        return node_id()
 
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
+class Learner(UpdatingRankGroupMember, SendsWeights):
+    # actors/plumbing.py. `updates` is the policy's weight version (the driver tags the weights after
+    # step N's update as version N) and comes back with a checkpoint.
+    repr_format = "learner-0, weights v{updates}, step {updates}, {tokens_per_s:.0f} tok/s, {last_update}"
 
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-
-    def __repr__(self) -> str:
-        return f"Reference(reference-0, frozen weights v0, {self.batches} batches scored)"
-
-
-class Learner:
-    updates, tokens_per_s, update_seconds = 0, 0.0, None  # __repr__'s fields; see RolloutWorker
-
-    def __init__(self, cfg: Config, model_path: str, num_threads: int):
+    def __init__(self, settings: PolicySettings, model_path: str, num_threads: int):
         torch.set_num_threads(num_threads)
-        torch.manual_seed(cfg.run.seed)
-        self.cfg = cfg
-        self.temperature = cfg.rollout.temperature
+        torch.manual_seed(settings.seed)
+        self.settings, self.training, self.temperature = settings, settings.training, settings.temperature
         # The whole loss (relay/algos/objective.py); algorithm.tis_cap's null resolved by training.mode
-        self.objective = Objective.from_settings(cfg.algorithm, tis_cap(cfg))
+        self.objective = Objective.from_settings(settings.algorithm, settings.tis_cap)
         self.device = actor_device()
-        self.model = load_model(model_path, master_dtype(cfg), cfg.model.trust_remote_code).to(self.device)
-        if cfg.model.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
-            self.model = attach_adapters(self.model, cfg.model.lora)
+        m = settings.model
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device)
+        if m.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
+            self.model = attach_adapters(self.model, m.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()
-        if cfg.training.activation_checkpointing:
+        if self.training.activation_checkpointing:
             checkpoint_activations(self.model)
         self.ranks = RankMember()
         self._make_optimizer()
         self.sft_optimizer = None  # the supervised stage's (sft.*), made on its first step
-        # What a weight sync sends: the whole (merged) weights, or with model.lora.sync the adapters alone
-        self.adapters_only = cfg.model.lora.sends_adapters(cfg.rollout.engine)
-        self.weights_out = WeightSender(lambda: engine_weights(self.model, self.adapters_only))
-        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain attributes
-        # set where the work happens. `updates` is the policy's weight version (the driver tags the
-        # weights after step N's update as version N) and comes back with a checkpoint.
-        self.updates, self.tokens_per_s, self.update_seconds = 0, 0.0, None
 
     def _make_optimizer(self) -> None:
-        t = self.cfg.training
+        t = self.training
         # Fused AdamW (one kernel over all parameters, CPU or GPU; what transformers' Trainer picks):
         # 3x faster than the per-tensor loop torch uses on CPU by default (the tiny model's
         # step on 2 cores). A rank group's DTensor parameters keep torch's default.
@@ -128,17 +101,13 @@ class Learner:
         )
         self.scheduler = make_lr_scheduler(self.optimizer, t)
 
-    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
-        return self.ranks.listen(one_node)
+    def _weights_to_send(self) -> dict[str, torch.Tensor]:
+        # sharded, keep_vars: tied weights stay one parameter object, sent once
+        # the whole (merged) weights, or with model.lora.sync the adapters alone
+        return engine_weights(self.model, self.settings.adapters_only, keep_vars=self.ranks.sharded)
 
-    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        self.ranks.join(host, port, rank, world_size, backend)
-        shard_model(self.model, self.cfg.training, self.device)
-        self._make_optimizer()  # over the sharded parameters
-        # keep_vars: tied weights stay one parameter object, sent once
-        self.weights_out = WeightSender(
-            lambda: engine_weights(self.model, self.adapters_only, keep_vars=True), peer=rank > 0
-        )
+    def _weight_peer(self) -> bool:
+        return self.ranks.rank > 0
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
@@ -155,7 +124,7 @@ class Learner:
         the caller (tests, benchmarks) is trained on as it is."""
         if isinstance(step, Batch):
             return self._update(step)
-        batch, metrics = prepare_batch(step, self.cfg.algorithm, **inputs)
+        batch, metrics = prepare_batch(step, self.settings.algorithm, **inputs)
         if not batch.loss_mask.any():  # a batch of failures only (no loss token left) teaches nothing
             self.updates += 1  # the weights after this step are still the step's version
             return metrics
@@ -165,26 +134,26 @@ class Learner:
         """One step of the supervised stage (sft.*, relay/update/supervised.py) with its own AdamW."""
         if self.sft_optimizer is None:
             params = trainable_parameters(self.model)
-            self.sft_optimizer = torch.optim.AdamW(params, lr=self.cfg.sft.lr, fused=not self.ranks.sharded)
+            self.sft_optimizer = torch.optim.AdamW(params, lr=self.settings.sft.lr, fused=not self.ranks.sharded)
         batch = as_batch(samples).to(self.device)
         ranks = self.ranks
-        return supervised_step(self.model, self.sft_optimizer, batch, self.cfg.training, ranks.rank, ranks.world_size)
+        return supervised_step(self.model, self.sft_optimizer, batch, self.training, ranks.rank, ranks.world_size)
 
     def _update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).
         Old logprobs not given come from here (relay/config/resolved.py: old_logprobs_source)."""
         start = time.perf_counter()
         batch = batch.to(self.device)
-        if batch.old_logprobs is None and old_logprobs_source(self.cfg) != UPDATE_FORWARD:  # else _loss's own
+        if batch.old_logprobs is None and self.settings.old_logprobs != UPDATE_FORWARD:  # else _loss's own
             batch.old_logprobs = old_logprobs_before_update(self.model, batch, self.temperature, self.ranks.sharded)
         metrics = run_update(
             self.model,
             self.optimizer,
             batch,
             self._loss,
-            self.cfg.training,
-            seed=self.cfg.run.seed,
-            weight_by_tokens=self.cfg.algorithm.loss_agg == "token-mean",
+            self.training,
+            seed=self.settings.seed,
+            weight_by_tokens=self.settings.algorithm.loss_agg == "token-mean",
             scheduler=self.scheduler,
             rank=self.ranks.rank,
             world_size=self.ranks.world_size,
@@ -195,12 +164,6 @@ class Learner:
         self.updates += 1
         self.tokens_per_s = float(batch.loss_mask.sum()) / max(self.update_seconds, 1e-9)
         return out
-
-    def __repr__(self) -> str:
-        last = "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
-        return (
-            f"Learner(learner-0, weights v{self.updates}, step {self.updates}, {self.tokens_per_s:.0f} tok/s, {last})"
-        )
 
     def _loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         logprobs, entropy = response_logprobs(self.model, micro, self.temperature, with_entropy=True)
@@ -214,33 +177,7 @@ class Learner:
             advantages=micro.advantages,
             loss_mask=micro.loss_mask,
         )
-        return loss, metrics | old_logprob_stats(old, micro, self.cfg.algorithm.kl_estimator)
-
-    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_out does the work
-
-    def node_id(self) -> str:
-        return node_id()
-
-    def get_weights(self) -> WeightPayload | None:
-        return self.weights_out.payload()
-
-    def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
-        return self.weights_out.open_shared(tag)
-
-    def publish_shared_weights(self, version: int) -> None:
-        self.weights_out.publish_shared(version)
-
-    def unlink_shared_weights(self) -> None:
-        self.weights_out.unlink_shared()
-
-    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
-        return self.weights_out.listen(one_node)
-
-    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
-        self.weights_out.join(host, port, world_size, backend, tag, secret)
-
-    def broadcast_weights(self) -> None:
-        self.weights_out.broadcast()
+        return loss, metrics | old_logprob_stats(old, micro, self.settings.algorithm.kl_estimator)
 
     # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
 
@@ -282,8 +219,8 @@ class Learner:
         from relay.models.loading import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer_path) if self.ranks.rank == 0 else None
-        if self.cfg.model.lora.rank:  # a peft adapter folder (+ merged/): every rank gathers, rank 0 writes
-            writer = final_folder_writer(self.model, self.cfg.checkpoint.save_merged, tokenizer, self.ranks.rank == 0)
+        if self.settings.model.lora.rank:  # a peft adapter folder (+ merged/): every rank gathers, rank 0 writes
+            writer = final_folder_writer(self.model, self.settings.save_merged, tokenizer, self.ranks.rank == 0)
             if writer is not None:
                 save_hf_model(writer, None, folder)
         elif self.ranks.sharded:

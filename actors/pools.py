@@ -19,6 +19,7 @@ from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor
 from actors.weights import WEIGHT_LANE, broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
+from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.config.validate_pipeline import is_sharded
 from relay.models.check import reward_model_path
 from relay.run.progress import phase
@@ -220,12 +221,15 @@ def actor_name(run_name: str, role: str, i: int) -> str:
     return f"{run_name}/{role}-{i}"
 
 
-def create_role(cls, role: str, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list):
-    """The learner, reference or critic: one actor, or a RankGroup of `res.count` ranks (one
-    PACKed placement group: one node when it fits) when the role is sharded (relay/update/fsdp.py).
-    The group is formed by `RankGroup.join` once every rank's constructor is done."""
-    ranks = create_group(cls, role, res, run_name, lambda i: (cfg, model_path, threads(cfg, res)), groups)
-    return RankGroup(ranks) if is_sharded(cfg.training, res.count) else ranks[0]
+def create_role(
+    cls, role: str, settings, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list
+):
+    """The learner, reference or critic, started with its `settings` (relay/config/role_settings.py):
+    one actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it
+    fits) when the role is sharded (relay/update/fsdp.py). The group is formed by `RankGroup.join`
+    once every rank's constructor is done."""
+    ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups)
+    return RankGroup(ranks) if is_sharded(settings.training, res.count) else ranks[0]
 
 
 def rank_backend(res: RoleResources) -> str:
@@ -317,6 +321,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     """Create every role's actors on its placement group; kill them and free the groups on exit,
     so one Ray session can hold several runs (tests, Tune trials)."""
     res, groups, roles = cfg.resources, [], actor_roles(cfg)
+    policy = PolicySettings.of(cfg)  # what the learner and the reference read of the config
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
     # A restarted rollout worker could not rejoin a broadcast weight group: with one, rollout workers are not restarted.
@@ -324,7 +329,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
-            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg, i), groups, restarts)
+            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg.task, i), groups, restarts)
         # Rollout workers get their EnvPool and the executors by name and look them up: an actor handle
         # among a restartable actor's constructor arguments puts the arguments in the object store,
         # where a restart may not find them once they went out of scope (Ray logs that at error level).
@@ -347,17 +352,26 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 concurrency_groups={WEIGHT_LANE: 1} if cfg.rollout.partial else None,
             )
             actors.weight_lane = cfg.rollout.partial
-            actors.learner = create_role(Learner, "learner", cfg, res.learner, run_name, model_path, groups)
+            actors.learner = create_role(Learner, "learner", policy, cfg, res.learner, run_name, model_path, groups)
         if "reference" in roles:
-            actors.reference = create_role(Reference, "reference", cfg, res.reference, run_name, model_path, groups)
+            actors.reference = create_role(
+                Reference, "reference", policy, cfg, res.reference, run_name, model_path, groups
+            )
         elif cfg.algorithm.kl_coef > 0:  # LoRA: the learner's base model, adapters off
             actors.reference = LearnerAsReference(actors.learner)
         if "critic" in roles:
-            actors.critic = create_role(Critic, "critic", cfg, res.critic, run_name, model_path, groups)
+            critic = CriticSettings.of(cfg)
+            actors.critic = create_role(Critic, "critic", critic, cfg, res.critic, run_name, model_path, groups)
         if "reward_model" in roles:
             rm_path, rm = reward_model_path(cfg.reward_model.path), res.reward_model
             handles = create_group(
-                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(cfg, rm)), groups, restarts
+                RewardModel,
+                "reward_model",
+                rm,
+                run_name,
+                lambda i: (cfg, rm_path, i, threads(cfg, rm)),
+                groups,
+                restarts,
             )
             actors.reward_model = RewardModelPool(cfg, handles, actors.faults)
         sleep = cfg.rollout.sleep_while_training

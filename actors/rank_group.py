@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ray
 
+from actors.plumbing import RelayActor, member_host, store_host
+
 
 class RankMember:
     """One rank's end, held by the Learner, Reference or Critic actor: rank 0 binds the group's
@@ -26,16 +28,49 @@ class RankMember:
     def listen(self, one_node: bool) -> tuple[str, int]:
         from relay.weights.transfer import listen
 
-        host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
+        host = store_host(one_node)
         self.socket = listen(host)
         return host, self.socket.getsockname()[1]
 
     def join(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         from relay.update.fsdp import init_rank_group
 
-        local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
-        init_rank_group(host, port, rank, world_size, backend, local_host, listen_socket=self.socket)
+        init_rank_group(host, port, rank, world_size, backend, member_host(host), listen_socket=self.socket)
         self.rank, self.world_size, self.sharded = rank, world_size, True
+
+
+class RankGroupMember(RelayActor):
+    """The Learner, the Reference and the Critic: one actor, or one rank of their role's group.
+    Each holds `ranks` (its RankMember), `model`, `device` and `training` (the config section
+    whose FSDP options shard the model). Once the rank joins, its model is sharded and
+    `_after_sharding` remakes what was built on the whole parameters (the optimizer, ...)."""
+
+    def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
+        return self.ranks.listen(one_node)
+
+    def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        from relay.update.fsdp import shard_model
+
+        self.ranks.join(host, port, rank, world_size, backend)
+        shard_model(self.model, self.training, self.device)
+        self._after_sharding(rank)
+
+    def _after_sharding(self, rank: int) -> None:
+        """Nothing by default (the Reference's frozen model needs nothing more)."""
+
+
+class UpdatingRankGroupMember(RankGroupMember):
+    """The Learner and the Critic: they train their model, with an optimizer made again over the
+    sharded parameters, and show how the last update went (fields of their `repr_format`)."""
+
+    updates, tokens_per_s, update_seconds = 0, 0.0, None
+
+    @property
+    def last_update(self) -> str:
+        return "no update yet" if self.update_seconds is None else f"last update {self.update_seconds:.2f} s"
+
+    def _after_sharding(self, rank: int) -> None:
+        self._make_optimizer()
 
 
 class _AllRanks:

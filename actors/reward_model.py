@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from actors.plumbing import RelayActor
 from actors.supervision import Call, Supervisor
 from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
@@ -21,8 +22,9 @@ from relay.rewards.reward_model import RunningMeanStd, combine, score_metrics
 from relay.types import Sample
 
 
-class RewardModel:
-    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+class RewardModel(RelayActor):
+    repr_format = "reward_model-{index}, {calls} samples scored, {errors} errors"  # actors/plumbing.py
+    index, calls, errors = 0, 0, 0
 
     def __init__(self, cfg: Config, model_path: str, index: int = 0, num_threads: int = 1):
         import torch  # here: the driver imports this module (RewardModelPool) and never loads torch
@@ -30,11 +32,8 @@ class RewardModel:
         torch.set_num_threads(num_threads)
         from relay.rewards.scorers import make_scorer
 
-        self.index, self.calls, self.errors = index, 0, 0
+        self.index = index
         self.scorer = make_scorer(cfg, model_path)
-
-    def __repr__(self) -> str:
-        return f"RewardModel(reward_model-{self.index}, {self.calls} samples scored, {self.errors} errors)"
 
     def score(self, samples: list[Sample]) -> tuple[list[float | None], list[str | None]]:
         """One score per sample (None where it has none) and why it has none (None where it has one)."""

@@ -20,10 +20,10 @@ from typing import Any
 import ray
 import torch
 
+from actors.plumbing import RelayActor
 from actors.serializable import unpicklable, unserializable_record
 from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
-from actors.weight_ends import WeightReceiver
-from actors.weights import node_id
+from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
@@ -38,9 +38,8 @@ from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolResult
 from relay.types import Sample
-from relay.weights.shared_memory import SharedWeightsHandle
 from relay.weights.staged import StagedWeights
-from relay.weights.transfer import BroadcastPlan, WeightPayload
+from relay.weights.transfer import WeightPayload
 
 # rollout.partial: how long a call waits for the weights it was made on, sent just before it on the
 # other lane. A replacement worker that was never sent weights does not wait (the producer redoes
@@ -48,9 +47,9 @@ from relay.weights.transfer import BroadcastPlan, WeightPayload
 CALL_WEIGHTS_WAIT_S = 30.0
 
 
-class RolloutWorker:
-    # __repr__'s fields, here too as class attributes: when __init__ raises, Ray calls __repr__ on
-    # the half-built instance for the error message, and a repr that raised would hide the error.
+class RolloutWorker(RelayActor, ReceivesWeights):
+    # actors/plumbing.py; set where the work happens
+    repr_format = "rollout-{index}, weights v{weights_version}, {last_rollout}, {tokens_per_s:.0f} tok/s"
     index, weights_version, rollout_version, tokens_per_s = 0, 0, None, 0.0
 
     def __init__(
@@ -71,7 +70,6 @@ class RolloutWorker:
         # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
         self.tokenizer = self.engine.tokenizer
-        self.weights_in = WeightReceiver(self.engine)
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
         self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
@@ -79,9 +77,6 @@ class RolloutWorker:
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
-        # What __repr__ reports (the dashboard's Repr column, Ray's error messages): plain
-        # attributes set where the work happens, so reading them never waits on anything.
-        self.weights_version, self.rollout_version, self.tokens_per_s = 0, None, 0.0
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
         self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
@@ -269,9 +264,9 @@ class RolloutWorker:
             sample.reward, sample.reward_error = reward, error
         return time.perf_counter() - start
 
-    def __repr__(self) -> str:
-        last = "no rollout yet" if self.rollout_version is None else f"last rollout on v{self.rollout_version}"
-        return f"RolloutWorker(rollout-{self.index}, weights v{self.weights_version}, {last}, {self.tokens_per_s:.0f} tok/s)"
+    @property
+    def last_rollout(self) -> str:
+        return "no rollout yet" if self.rollout_version is None else f"last rollout on v{self.rollout_version}"
 
     def sleep(self) -> None:
         self.engine.sleep()
@@ -279,10 +274,7 @@ class RolloutWorker:
     def weight_version(self) -> int:
         return self.engine.weight_version
 
-    # -- weight sync (actors/weights.py): the driver calls these by name; self.weights_in does the work
-
-    def node_id(self) -> str:
-        return node_id()
+    # -- weight sync (actors/weights.py): the driver calls these by name; ReceivesWeights loads them
 
     def _pause(self) -> None:
         """rollout.partial, on the rollout's thread between two chunks or turns: load staged weights."""
@@ -294,43 +286,27 @@ class RolloutWorker:
         """Load the payload the learner put in the object store; returns the seconds it took
         (rollout.partial: stages it for the rollout's next pause; 0 s)."""
         if self.staged is not None:
-            self.staged.stage(version, lambda: self.weights_in.load(weights, version))
+            self.staged.stage(version, lambda: self._load(weights, version))
             return 0.0
         self.idle_s += time.perf_counter() - self.idle_since
-        seconds = self.weights_in.load(weights, version)
+        seconds = self._load(weights, version)
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
-
-    def attach_shared_weights(self, handle: SharedWeightsHandle | None) -> bool:
-        return self.weights_in.attach_shared(handle)
 
     def load_shared_weights(self, written: None, version: int) -> float:
         """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
         if self.staged is not None:
-            self.staged.stage(version, lambda: self.weights_in.load_shared(version))
+            self.staged.stage(version, lambda: self._load_shared(version))
             return 0.0
         self.idle_s += time.perf_counter() - self.idle_since
-        seconds = self.weights_in.load_shared(version)
+        seconds = self._load_shared(version)
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
-
-    def join_weight_group(
-        self,
-        host: str,
-        port: int,
-        rank: int,
-        world_size: int,
-        backend: str,
-        tag: str,
-        plan: BroadcastPlan,
-        secret: bytes,
-    ) -> None:
-        self.weights_in.join(host, port, rank, world_size, backend, tag, plan, secret)
 
     def receive_weights(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives; returns the seconds it took."""
         self.idle_s += time.perf_counter() - self.idle_since
-        seconds = self.weights_in.receive(version)
+        seconds = self._receive(version)
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 

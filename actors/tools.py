@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from actors.plumbing import RelayActor
 from relay.config import SandboxConfig, ToolServerConfig
 from relay.tools.calls import ToolCall
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
@@ -17,8 +18,10 @@ from relay.tools.sandbox import make_runner
 from relay.tools.server import ToolServer
 
 
-class ToolExecutor:
-    index, calls, errors = 0, 0, 0  # __repr__'s fields; see RolloutWorker
+class ToolExecutor(RelayActor):
+    # actors/plumbing.py. Counts calls where they finish (run_batch; the HTTP server's runs are not counted here).
+    repr_format = "tools-{index}, {calls} calls, {errors} errors"
+    index, calls, errors = 0, 0, 0
 
     def __init__(
         self,
@@ -30,7 +33,7 @@ class ToolExecutor:
     ):
         """tools.sandbox_limits and tools.sandbox: "bwrap" refuses (SandboxUnavailable) where the
         sandbox cannot be built; "none" is the unsafe, loud opt-out (tools.sandbox=none)."""
-        self.index, self.calls, self.errors = index, 0, 0  # see __repr__
+        self.index = index
         self.sandbox_limits = sandbox_limits or SandboxConfig()
         self.sandbox = sandbox
         self._run = make_runner(sandbox, self.sandbox_limits)
@@ -40,10 +43,6 @@ class ToolExecutor:
         self.max_workers = max_workers or 2 * (os.cpu_count() or 1)  # see ToolServerConfig.max_concurrency
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="relay-tool")
         self._server: ToolServer | None = None
-
-    def __repr__(self) -> str:
-        """Counts calls where they finish (run_batch; the HTTP server's runs are not counted here)."""
-        return f"ToolExecutor(tools-{self.index}, {self.calls} calls, {self.errors} errors)"
 
     def schemas(self) -> list[dict]:
         return self.registry.schemas()

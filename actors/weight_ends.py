@@ -1,105 +1,94 @@
-"""The two ends of the weight sync (actors/weights.py has the driver's side): the Learner's
-WeightSender and each RolloutWorker's WeightReceiver. Only actors import this module (torch)."""
+"""The two ends of the weight sync (actors/weights.py has the driver's side): the Learner sends
+(`SendsWeights`), each RolloutWorker receives (`ReceivesWeights`). The driver calls the methods
+below by name on the actors that derive from them; only actors import this module (torch)."""
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 
-import ray
 import torch
 
-from relay.engines.base import Engine
+from actors.plumbing import member_host, store_host
 from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
 
-class WeightSender:
-    """The learner's end: the object-store payload, or rank 0 of the broadcast group. Reads the
-    weights through `state_dict` at every send, so it always sends the current ones.
-
-    A sharded learner's ranks 1.. are `peer`s: they take part in gathering each full tensor
+class SendsWeights:
+    """The learner's end: the object-store payload, the same-node shared-memory buffers, or rank 0
+    of the broadcast group. The class that derives from it says what it sends: `_weights_to_send`,
+    read at every send, so the current weights always go; `_weight_peer`, true on ranks 1.. of a
+    sharded learner, which take part in gathering each full tensor
     (relay.weights.transfer.gather_as_peer) and send nothing."""
 
-    def __init__(self, state_dict: Callable[[], dict[str, torch.Tensor]], peer: bool = False):
-        self.state_dict, self.peer = state_dict, peer
-        self.socket: socket.socket | None = None  # the group's store listens here (broadcast only)
-        self.plan: BroadcastPlan | None = None
-        self.group: WeightGroup | None = None
-        self.shared: SharedWeights | None = None  # the same-node buffers (object_store transport)
+    weight_socket: socket.socket | None = None  # the broadcast group's store listens here
+    weight_plan: BroadcastPlan | None = None
+    weight_group: WeightGroup | None = None
+    shared_weights: SharedWeights | None = None  # the same-node buffers (object_store transport)
 
-    def payload(self) -> WeightPayload | None:
-        if self.peer:
-            gather_as_peer(self.state_dict())
+    def _weights_to_send(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _weight_peer(self) -> bool:
+        return False
+
+    def get_weights(self) -> WeightPayload | None:
+        if self._weight_peer():
+            gather_as_peer(self._weights_to_send())
             return None
-        return WeightPayload.of(self.state_dict())
+        return WeightPayload.of(self._weights_to_send())
 
-    def open_shared(self, tag: str) -> SharedWeightsHandle | None:
+    def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
         """Create the shared-memory buffers; None where /dev/shm lacks the room."""
-        self.shared = SharedWeights.create(self.state_dict(), tag)
-        return self.shared.handle if self.shared else None
+        self.shared_weights = SharedWeights.create(self._weights_to_send(), tag)
+        return self.shared_weights.handle if self.shared_weights else None
 
-    def publish_shared(self, version: int) -> None:
-        if self.peer:  # rank 0 writes; the others take part in gathering each full tensor
-            gather_as_peer(self.state_dict())
+    def publish_shared_weights(self, version: int) -> None:
+        if self._weight_peer():  # rank 0 writes; the others take part in gathering each full tensor
+            gather_as_peer(self._weights_to_send())
             return
-        self.shared.write(self.state_dict(), version)
+        self.shared_weights.write(self._weights_to_send(), version)
 
-    def unlink_shared(self) -> None:
-        self.shared.unlink()
+    def unlink_shared_weights(self) -> None:
+        self.shared_weights.unlink()
 
-    def listen(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
-        host = "127.0.0.1" if one_node else ray.util.get_node_ip_address()
-        self.socket = listen(host)
-        self.plan = BroadcastPlan.of(self.state_dict())
-        return host, self.socket.getsockname()[1], self.plan
+    def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
+        host = store_host(one_node)
+        self.weight_socket = listen(host)
+        self.weight_plan = BroadcastPlan.of(self._weights_to_send())
+        return host, self.weight_socket.getsockname()[1], self.weight_plan
 
-    def join(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
-        self.group = WeightGroup(
-            host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.socket, secret=secret
+    def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        self.weight_group = WeightGroup(
+            host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.weight_socket, secret=secret
         )
 
-    def broadcast(self) -> None:
-        if self.peer:
-            state_dict = self.state_dict()
-            self.plan = self.plan or BroadcastPlan.of(state_dict)  # rank 0's plan: the same tensors, same order
-            gather_as_peer(state_dict, self.plan)
+    def broadcast_weights(self) -> None:
+        weights = self._weights_to_send()
+        if self._weight_peer():
+            self.weight_plan = self.weight_plan or BroadcastPlan.of(
+                weights
+            )  # rank 0's plan: the same tensors, same order
+            gather_as_peer(weights, self.weight_plan)
             return
-        self.group.send(self.state_dict(), self.plan)
+        self.weight_group.send(weights, self.weight_plan)
 
 
-class WeightReceiver:
-    """A rollout worker's end, loading into its engine: the object-store payload, or rank i + 1
-    of the broadcast group for rollout worker i."""
+class ReceivesWeights:
+    """A rollout worker's end, loading into its `engine`: the object-store payload, the learner's
+    shared-memory buffers, or rank i + 1 of the broadcast group for rollout worker i. The `_load*`
+    methods return the seconds a load took; the worker decides when it runs (now, or staged)."""
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self.plan: BroadcastPlan | None = None
-        self.group: WeightGroup | None = None
-        self.shared: SharedWeights | None = None
+    weight_plan: BroadcastPlan | None = None
+    weight_group: WeightGroup | None = None
+    shared_weights: SharedWeights | None = None
 
-    def load(self, weights: WeightPayload, version: int) -> float:
-        """Load the payload the learner put in the object store; returns the seconds it took."""
-        start = time.perf_counter()
-        self.engine.update_weights(weights.tensors(), version)
-        return time.perf_counter() - start
-
-    def attach_shared(self, handle: SharedWeightsHandle | None) -> bool:
+    def attach_shared_weights(self, handle: SharedWeightsHandle | None) -> bool:
         """Map the learner's buffers; False when it has none (no room in /dev/shm)."""
-        self.shared = None if handle is None else SharedWeights.attach(handle)
-        return self.shared is not None
+        self.shared_weights = None if handle is None else SharedWeights.attach(handle)
+        return self.shared_weights is not None
 
-    def load_shared(self, version: int) -> float:
-        """Copy `version` from the shared-memory buffer into the engine; returns the seconds it took."""
-        if self.shared is None:  # e.g. a restarted worker: the buffers' names are gone, it cannot map them
-            raise RuntimeError("this rollout worker has not mapped the learner's shared-memory weights")
-        start = time.perf_counter()
-        self.engine.update_weights(self.shared.read(version), version)
-        self.shared.check(version)  # not overwritten while we copied
-        return time.perf_counter() - start
-
-    def join(
+    def join_weight_group(
         self,
         host: str,
         port: int,
@@ -110,14 +99,28 @@ class WeightReceiver:
         plan: BroadcastPlan,
         secret: bytes,
     ) -> None:
-        local_host = host if host == "127.0.0.1" else ray.util.get_node_ip_address()
-        self.group = WeightGroup(host, port, rank, world_size, backend, tag, local_host, secret=secret)
-        self.plan = plan
+        self.weight_group = WeightGroup(host, port, rank, world_size, backend, tag, member_host(host), secret=secret)
+        self.weight_plan = plan
 
-    def receive(self, version: int) -> float:
-        """Load the broadcast into the engine as it arrives; returns the seconds it took."""
+    def _load(self, weights: WeightPayload, version: int) -> float:
+        """Load the payload the learner put in the object store."""
         start = time.perf_counter()
-        weights = self.group.receive(self.plan)
+        self.engine.update_weights(weights.tensors(), version)
+        return time.perf_counter() - start
+
+    def _load_shared(self, version: int) -> float:
+        """Copy `version` from the shared-memory buffer into the engine."""
+        if self.shared_weights is None:  # e.g. a restarted worker: the buffers' names are gone, it cannot map them
+            raise RuntimeError("this rollout worker has not mapped the learner's shared-memory weights")
+        start = time.perf_counter()
+        self.engine.update_weights(self.shared_weights.read(version), version)
+        self.shared_weights.check(version)  # not overwritten while we copied
+        return time.perf_counter() - start
+
+    def _receive(self, version: int) -> float:
+        """Load the broadcast into the engine as it arrives."""
+        start = time.perf_counter()
+        weights = self.weight_group.receive(self.weight_plan)
         try:
             self.engine.update_weights(weights, version)
         finally:

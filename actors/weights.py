@@ -27,12 +27,7 @@ from relay.failures import ActorLost
 
 WEIGHT_LANE = "weights"  # rollout.partial: the rollout workers' concurrency group for weight calls
 
-# -- actor side: the ends the Learner and each RolloutWorker hold are in actors/weight_ends.py ----
-
-
-def node_id() -> str:
-    """This process's Ray node, so the driver can tell whether every group member shares one."""
-    return ray.get_runtime_context().get_node_id()
+# -- actor side: the Learner's and each RolloutWorker's ends are in actors/weight_ends.py --------
 
 
 # -- driver side ------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from relay.config.role_settings import PolicySettings
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -39,7 +41,7 @@ def main() -> None:
     cfg = load_config(None, [*overrides, "resources.colocate=true"])
     path, rows = resolve_model_path(cfg), task_rows(cfg)[0]
     colocated = ColocatedWorker(cfg, path, 1)
-    worker, learner = RolloutWorker(cfg, path, 0, 1), Learner(cfg, path, 1)
+    worker, learner = RolloutWorker(cfg, path, 0, 1), Learner(PolicySettings.of(cfg), path, 1)
     prompts = {"colocated": PromptIterator(rows, 0), "separate": PromptIterator(rows, 0)}
 
     def step(kind: str, i: int) -> None:

@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from relay.config.role_settings import PolicySettings
+
 SHAPES = {
     # a small Qwen2 that fits beside other work on a laptop (about 40M parameters)
     "small": dict(
@@ -71,7 +73,7 @@ def _mode(_index: int, rank: int, model_dir: str, args: dict, out: str) -> None:
     from relay.types import Batch, Sample
 
     overrides = [f"model.lora.rank={rank}", "training.lr=1e-4", f"training.micro_batch_size={args['rows']}"]
-    learner = Learner(load_config(None, overrides), model_dir, num_threads=args["threads"])
+    learner = Learner(PolicySettings.of(load_config(None, overrides)), model_dir, num_threads=args["threads"])
     vocab = learner.model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     half = args["tokens"] // 2

@@ -87,13 +87,15 @@ def _rank_main(
 ) -> None:
     from actors.critic import Critic
     from actors.learner import Learner
+    from relay.config.role_settings import CriticSettings, PolicySettings
 
     torch.set_num_threads(1)
     cfg = load_config(None, OVERRIDES + overrides)
     folder = Path(folder)
     results = {}
-    for (name, cls), port in zip((("learner", Learner), ("critic", Critic)), ports):
-        role = cls(cfg, model_path, num_threads=1)
+    roles = (("learner", Learner, PolicySettings), ("critic", Critic, CriticSettings))
+    for (name, cls, settings), port in zip(roles, ports):
+        role = cls(settings.of(cfg), model_path, num_threads=1)
         role.join_rank_group("127.0.0.1", port, rank, world, "gloo")
         if resume:
             role.load_shards(str(folder / "checkpoint" / name))
@@ -139,11 +141,12 @@ def one_process(model_path: str, checkpoint: Path | None = None) -> dict:
     from the checkpoint's step when `checkpoint` is given."""
     from actors.critic import Critic
     from actors.learner import Learner
+    from relay.config.role_settings import CriticSettings, PolicySettings
 
     cfg = load_config(None, OVERRIDES)
     results = {}
-    for name, cls in (("learner", Learner), ("critic", Critic)):
-        role = cls(cfg, model_path, num_threads=1)
+    for name, cls, settings in (("learner", Learner, PolicySettings), ("critic", Critic, CriticSettings)):
+        role = cls(settings.of(cfg), model_path, num_threads=1)
         if checkpoint is not None:
             role.load_shards(str(checkpoint / name))
             results[name] = train(role, range(SAVE_AFTER + 1, STEPS + 1), None)

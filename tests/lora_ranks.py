@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from relay.config import load_config
+from relay.config.role_settings import PolicySettings
 from relay.models.lora import engine_state_dict
 from relay.weights.transfer import full
 from tests.fsdp_ranks import SAVE_AFTER, STEPS, free_port, step_batch
@@ -40,7 +41,7 @@ def _rank_main(rank: int, world: int, port: int, model_path: str, folder: str) -
     from actors.learner import Learner
 
     torch.set_num_threads(1)
-    learner = Learner(load_config(None, OVERRIDES), model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, OVERRIDES)), model_path, num_threads=1)
     learner.model_path = model_path
     learner.join_rank_group("127.0.0.1", port, rank, world, "gloo")
     out = trained(learner, Path(folder), range(1, STEPS + 1), save=True, rank=rank)
@@ -69,7 +70,7 @@ def one_process(model_path: str, folder: Path, checkpoint: Path | None = None) -
     """The same steps on one LoRA Learner; from a sharded checkpoint's step when given."""
     from actors.learner import Learner
 
-    learner = Learner(load_config(None, OVERRIDES), model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, OVERRIDES)), model_path, num_threads=1)
     learner.model_path = model_path
     if checkpoint is None:
         return trained(learner, folder, range(1, STEPS + 1), save=False)

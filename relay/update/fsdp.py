@@ -24,7 +24,7 @@ import torch.utils.checkpoint
 from safetensors.torch import save_file
 from torch.distributed.device_mesh import init_device_mesh
 
-from relay.config import Config, TrainingConfig
+from relay.config import ModelConfig, TrainingConfig
 from relay.types import Batch
 from relay.weights.transfer import BroadcastPlan, full, gather_as_peer
 
@@ -128,9 +128,9 @@ def gather_rows(result: torch.Tensor, has_rows: bool) -> torch.Tensor | None:
     return torch.cat([p for p in parts if p is not None]) if parts is not None else None
 
 
-def master_dtype(cfg: Config) -> str:
+def master_dtype(model: ModelConfig, training: TrainingConfig) -> str:
     """The dtype a role loads its weights in: fp32 master weights under bf16 mixed precision."""
-    return "float32" if cfg.training.mixed_precision == "bf16" else cfg.model.dtype
+    return "float32" if training.mixed_precision == "bf16" else model.dtype
 
 
 class HFShardWriter:

@@ -47,7 +47,7 @@ def math_cfg(*overrides):
 def start(cfg, run_name, tools=True):
     groups = []
     executors = create_tool_executors(cfg, run_name, groups) if tools else []
-    env = create_group(EnvPool, "env", cfg.resources.env, run_name, lambda i: (cfg,), groups)
+    env = create_group(EnvPool, "env", cfg.resources.env, run_name, lambda i: (cfg.task,), groups)
     path = resolve_model_path(cfg)
     [worker] = create_group(
         RolloutWorker,

@@ -53,7 +53,7 @@ def check_sync(cfg: Config, model_path: str, run_name: str) -> str | None:
         assert actors.weight_broadcast == (cfg.resources.weight_sync == "broadcast")
         address = ray.get(
             actors.learner.__ray_call__.remote(
-                lambda self: self.weights_out.socket.getsockname()[0] if self.weights_out.socket else None
+                lambda self: self.weight_socket.getsockname()[0] if self.weight_socket else None
             )
         )
         for version, seed in ((3, 0), (4, 1)):  # twice through the same group

@@ -11,6 +11,7 @@ pytest.importorskip("vllm", reason="vllm not installed: pip install 'relay[vllm-
 
 from actors.learner import Learner  # noqa: E402
 from relay.config import load_config  # noqa: E402
+from relay.config.role_settings import PolicySettings
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
 from relay.models.loading import load_tokenizer  # noqa: E402
@@ -21,7 +22,9 @@ from tests.engine_checks import max_logprob_diff  # noqa: E402
 
 
 def trained_lora_learner(model_path: str) -> Learner:
-    learner = Learner(load_config(None, ["model.lora.rank=8", "training.lr=2e-2"]), model_path, num_threads=1)
+    learner = Learner(
+        PolicySettings.of(load_config(None, ["model.lora.rank=8", "training.lr=2e-2"])), model_path, num_threads=1
+    )
     g = torch.Generator().manual_seed(0)
     samples = [
         Sample(torch.randint(3, 40, (4,), generator=g).tolist(), [10 + i, 11, 2], [0.0] * 3, [1] * 3, group_id=i // 2)

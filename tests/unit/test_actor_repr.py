@@ -4,12 +4,14 @@ are built in process here, as plain classes: the repr must follow the work witho
 
 import pytest
 
+from actors.colocated import ColocatedWorker
 from actors.critic import Critic
 from actors.env import EnvPool
 from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from relay.config import load_config
+from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.envs.arithmetic import make_rows
 from relay.envs.scoring import Scorer
 from relay.tools.calls import ToolCall
@@ -32,7 +34,7 @@ def test_rollout_worker_repr_follows_rollouts_and_weight_syncs(cfg, tiny_model_p
         repr(worker)
         == f"RolloutWorker(rollout-1, weights v0, last rollout on v0, {metrics['rollout/tokens_per_s']:.0f} tok/s)"
     )
-    learner = Learner(cfg, tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     worker.update_weights(learner.get_weights(), version=3)
     assert repr(worker).startswith("RolloutWorker(rollout-1, weights v3, last rollout on v0, ")
     worker.rollout(make_rows(2, 1, 2), step=3, first_group_id=0)
@@ -47,8 +49,11 @@ def trained_batch() -> Batch:
 
 
 def test_learner_critic_and_reference_reprs_count_updates_and_survive_a_checkpoint(cfg, tiny_model_path):
-    learner, critic = Learner(cfg, tiny_model_path, num_threads=1), Critic(cfg, tiny_model_path, num_threads=1)
-    reference = Reference(cfg, tiny_model_path, num_threads=1)
+    learner, critic = (
+        Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1),
+        Critic(CriticSettings.of(cfg), tiny_model_path, num_threads=1),
+    )
+    reference = Reference(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     assert repr(learner) == "Learner(learner-0, weights v0, step 0, 0 tok/s, no update yet)"
     assert repr(critic) == "Critic(critic-0, step 0, 0 tok/s, no update yet)"
     assert repr(reference) == "Reference(reference-0, frozen weights v0, 0 batches scored)"
@@ -71,8 +76,8 @@ def test_learner_critic_and_reference_reprs_count_updates_and_survive_a_checkpoi
     # A resumed run's actors report the step they resumed at, not 0.
     (_, learner_meta), (_, critic_meta) = learner.state(), critic.state()
     fresh_learner, fresh_critic = (
-        Learner(cfg, tiny_model_path, num_threads=1),
-        Critic(cfg, tiny_model_path, num_threads=1),
+        Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1),
+        Critic(CriticSettings.of(cfg), tiny_model_path, num_threads=1),
     )
     fresh_learner.load_state(*learner.state())
     fresh_critic.load_state(*critic.state())
@@ -87,7 +92,7 @@ def test_env_pool_and_tool_executor_reprs_count_calls_and_errors(cfg):
             raise ValueError("bad sample")
         return 1.0
 
-    pool = EnvPool(cfg, index=2)
+    pool = EnvPool(cfg.task, index=2)
     pool.scorer = Scorer(flaky_reward)
     assert repr(pool) == "EnvPool(env-2, 0 calls, 0 errors)"
     samples = [Sample(prompt_ids=[1], response_ids=[2], loss_mask=[1], reward=r) for r in (0.0, -1.0, 0.0)]
@@ -116,7 +121,7 @@ def test_env_pool_and_tool_executor_reprs_count_calls_and_errors(cfg):
         executor.close()
 
 
-@pytest.mark.parametrize("cls", [RolloutWorker, Learner, Reference, Critic, EnvPool, ToolExecutor])
+@pytest.mark.parametrize("cls", [RolloutWorker, Learner, Reference, Critic, EnvPool, ToolExecutor, ColocatedWorker])
 def test_repr_of_an_instance_whose_init_failed(cls):
     """Ray calls __repr__ for the error of an __init__ that raised; a repr that raised in turn
     would replace that error with a worker crash (seen with an unbuildable sandbox)."""

@@ -19,6 +19,7 @@ from relay.checkpoint.atomic import (
     sweep_leftovers,
 )
 from relay.checkpoint.manifest import CheckpointCorruptError, bare_name_problem, sha256_file
+from relay.config.role_settings import PolicySettings
 from relay.failures import RunFailed
 from relay.run.resume import ResumeRefused, resume_checkpoint
 
@@ -299,7 +300,7 @@ def test_learner_weights_load_strictly(tiny_model_path):
     from actors.learner import Learner
     from relay.config import load_config
 
-    learner = Learner(load_config(None, []), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, [])), tiny_model_path, num_threads=1)
     saved, meta = learner.state()
     policy = saved["policy"]
     with pytest.raises(RuntimeError, match="Unexpected key"):

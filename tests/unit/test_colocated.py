@@ -11,6 +11,7 @@ from actors.learner import Learner
 from actors.rollout import RolloutWorker
 from relay.algos.advantages import compute_advantages
 from relay.config import ConfigError, load_config
+from relay.config.role_settings import PolicySettings
 from relay.envs.scoring import trainable
 from relay.run import metric_keys as keys
 from relay.run.folder import task_rows
@@ -30,7 +31,7 @@ def batch_of(samples) -> Batch:
 def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_model_path):
     cfg = load_config(None, [*SMALL, "resources.colocate=true"])
     rows = task_rows(cfg)[0][:4]
-    worker, learner = RolloutWorker(cfg, tiny_model_path, 0, 1), Learner(cfg, tiny_model_path, 1)
+    worker, learner = RolloutWorker(cfg, tiny_model_path, 0, 1), Learner(PolicySettings.of(cfg), tiny_model_path, 1)
     colocated = ColocatedWorker(cfg, tiny_model_path, 1)
     assert colocated.worker.engine.model is colocated.learner.model  # one module, no copy
 

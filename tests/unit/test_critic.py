@@ -4,6 +4,7 @@ import torch
 
 from actors.critic import Critic
 from relay.config import load_config
+from relay.config.role_settings import CriticSettings
 from relay.types import Batch, Sample
 
 
@@ -25,7 +26,7 @@ def test_critic_fits_returns_and_round_trips_its_state(tiny_model_path):
     cfg = load_config(
         None, ["algorithm.estimator=gae", "critic.enabled=true", "critic.lr=1e-3", "training.micro_batch_size=1"]
     )
-    critic = Critic(cfg, tiny_model_path, num_threads=1)
+    critic = Critic(CriticSettings.of(cfg), tiny_model_path, num_threads=1)
     batch = make_batch()
     losses = []
     for _ in range(15):
@@ -35,7 +36,7 @@ def test_critic_fits_returns_and_round_trips_its_state(tiny_model_path):
     assert losses[-1] < 0.5 * losses[0], losses
 
     groups, meta = critic.state()
-    restored = Critic(cfg, tiny_model_path, num_threads=1)
+    restored = Critic(CriticSettings.of(cfg), tiny_model_path, num_threads=1)
     restored.load_state(groups, meta)
     assert torch.equal(restored.compute_values(batch), critic.compute_values(batch))
     a, b = critic.update(batch), restored.update(batch)  # same optimizer state -> same step

@@ -5,11 +5,12 @@ import torch
 
 from actors.learner import Learner
 from relay.config import load_config
+from relay.config.role_settings import PolicySettings
 from relay.types import Batch, Sample
 
 
 def test_a_nan_loss_never_reaches_the_learners_weights(tiny_model_path):
-    learner = Learner(load_config(None, []), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, [])), tiny_model_path, num_threads=1)
     samples = [Sample([1, 5, 6], [10, 11, 2], [-1.0] * 3, [1, 1, 1], reward=r, group_id=0) for r in (0.0, 1.0)]
     batch = Batch.from_samples(samples, pad_id=0)
     batch.old_logprobs = learner.compute_logprobs(batch)

@@ -12,6 +12,7 @@ from actors.learner import Learner
 from actors.pools import actor_roles
 from relay.checkpoint.atomic import load_checkpoint, save_checkpoint
 from relay.config import ConfigError, load_config
+from relay.config.role_settings import PolicySettings
 from relay.models.loading import load_model
 from relay.models.lora import MERGED_FOLDER, adapter_state_dict, engine_state_dict, trainable_fraction
 from relay.run.folder import resolve_model_path
@@ -48,7 +49,7 @@ def base_logprobs(path: str, batch: Batch) -> torch.Tensor:
 
 
 def test_only_adapters_train_and_the_reference_is_the_base_model(tiny_model_path):
-    learner = Learner(load_config(None, LORA), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, LORA)), tiny_model_path, num_threads=1)
     batch = step_batch(0)
     base = base_logprobs(tiny_model_path, batch)
     # step 0: lora_B starts at zero, so the adapted policy is the base model too, bit for bit
@@ -68,7 +69,7 @@ def test_only_adapters_train_and_the_reference_is_the_base_model(tiny_model_path
 
 
 def test_merged_weights_give_a_plain_model_the_learners_logprobs(tiny_model_path):
-    learner = Learner(load_config(None, LORA), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, LORA)), tiny_model_path, num_threads=1)
     train(learner, range(1, 4))
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
     merged = engine_state_dict(learner.model)
@@ -86,7 +87,9 @@ def test_merged_weights_give_a_plain_model_the_learners_logprobs(tiny_model_path
 def test_final_folder_is_a_peft_adapter_plus_a_merged_model(tiny_model_path, tmp_path):
     from peft import PeftModel
 
-    learner = Learner(load_config(None, [*LORA, "checkpoint.save_merged=true"]), tiny_model_path, num_threads=1)
+    learner = Learner(
+        PolicySettings.of(load_config(None, [*LORA, "checkpoint.save_merged=true"])), tiny_model_path, num_threads=1
+    )
     train(learner, range(1, 4))
     learner.save_hf(str(tmp_path / "final_model"), tiny_model_path)
     folder = tmp_path / "final_model"
@@ -104,15 +107,15 @@ def test_final_folder_is_a_peft_adapter_plus_a_merged_model(tiny_model_path, tmp
 
 def test_lora_checkpoint_holds_adapters_and_resumes_exactly(tiny_model_path, tmp_path):
     cfg = load_config(None, [*LORA, "model.lora.dropout=0.1"])
-    first = Learner(cfg, tiny_model_path, num_threads=1)
+    first = Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     uninterrupted = train(first, range(1, 5))
-    part = Learner(cfg, tiny_model_path, num_threads=1)
+    part = Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     train(part, range(1, 3))
     groups, meta = part.state()
     assert all(".lora_" in name for name in groups["policy"])  # adapters only: the base is model.path's
     path = save_checkpoint(tmp_path, 2, groups, {"learner": meta})
     loaded_groups, state = load_checkpoint(path)
-    resumed = Learner(cfg, tiny_model_path, num_threads=1)
+    resumed = Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     resumed.load_state(loaded_groups, state["learner"])
     again = train(resumed, range(3, 5))
     for a, b in zip(uninterrupted[2:], again):
@@ -123,7 +126,9 @@ def test_lora_checkpoint_holds_adapters_and_resumes_exactly(tiny_model_path, tmp
 
 
 def test_lora_dropout_leaves_the_reported_logprobs_fixed(tiny_model_path):
-    learner = Learner(load_config(None, [*LORA, "model.lora.dropout=0.5"]), tiny_model_path, num_threads=1)
+    learner = Learner(
+        PolicySettings.of(load_config(None, [*LORA, "model.lora.dropout=0.5"])), tiny_model_path, num_threads=1
+    )
     train(learner, range(1, 2))
     batch = step_batch(5)
     assert torch.equal(learner.compute_logprobs(batch), learner.compute_logprobs(batch))
@@ -173,7 +178,7 @@ def test_what_a_sync_sends_follows_the_engine_and_is_checked():
 
 
 def test_adapter_weights_carry_peft_file_names(tiny_model_path):
-    learner = Learner(load_config(None, LORA), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, LORA)), tiny_model_path, num_threads=1)
     adapters = adapter_state_dict(learner.model)
     trainable = dict(learner.model.named_parameters())
     assert len(adapters) == sum(p.requires_grad for p in trainable.values())

@@ -11,6 +11,7 @@ from relay.algos.kl import kl_penalty
 from relay.algos.utils import masked_mean
 from relay.config import load_config
 from relay.config.resolved import BEFORE_UPDATE, RECOMPUTE, UPDATE_FORWARD, old_logprobs_source
+from relay.config.role_settings import PolicySettings
 from relay.run.metric_keys import KL_MEAN, LEARNER_UPDATE_S
 from relay.types import Batch, Sample
 from relay.update.old_logprobs import LOGPROB_DIFF_MAX
@@ -42,7 +43,7 @@ def make_batch(with_reference: bool) -> Batch:
 
 def one_update(tiny_model_path, overrides: list[str], precompute: bool):
     """A fresh Learner's first update; (metrics, gradients before each optimizer step, old logprobs)."""
-    learner = Learner(load_config(None, overrides), tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(load_config(None, overrides)), tiny_model_path, num_threads=1)
     grads = []
     learner.optimizer.register_step_pre_hook(
         lambda *_: grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from relay.config.role_settings import PolicySettings
 from tests.fsdp_ranks import _on_every_rank, free_port, step_batch
 
 MODES = {"no-grad pass": ["training.mini_batches=2"], "on-policy": []}
@@ -22,7 +23,9 @@ def _rank_main(rank: int, ports: dict, model_path: str, out: str) -> None:
     torch.set_num_threads(1)
     results = {}
     for (mode, overrides), before in ((m, b) for m in MODES.items() for b in (True, False)):
-        learner = Learner(load_config(None, ["training.micro_batch_size=2", *overrides]), model_path, num_threads=1)
+        learner = Learner(
+            PolicySettings.of(load_config(None, ["training.micro_batch_size=2", *overrides])), model_path, num_threads=1
+        )
         learner.join_rank_group("127.0.0.1", ports[mode, before], rank, 2, "gloo")
         batch = step_batch(1)
         if before:  # the driver's separate call, as today

@@ -14,6 +14,7 @@ from relay.algos.kl import kl_penalty
 from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean
 from relay.config import load_config
+from relay.config.role_settings import PolicySettings
 from relay.run.folder import task_rows
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
 from relay.types import Batch, Sample
@@ -57,7 +58,10 @@ def rollouts(tiny_model_path):
 
 def test_the_learner_trains_on_samples_as_on_the_batch_the_driver_built(tiny_model_path, rollouts):
     cfg = load_config(None, SMALL)
-    ours, theirs = Learner(cfg, tiny_model_path, 1), Learner(cfg, tiny_model_path, 1)
+    ours, theirs = (
+        Learner(PolicySettings.of(cfg), tiny_model_path, 1),
+        Learner(PolicySettings.of(cfg), tiny_model_path, 1),
+    )
     for samples in rollouts:
         got = ours.update(samples, kl_coef=0.0)
         batch, _ = driver_batch(samples, cfg.algorithm)
@@ -91,7 +95,7 @@ def test_kl_in_reward_and_values_give_the_drivers_numbers_exactly(rollouts, esti
 
 def test_a_batch_of_failures_only_is_reported_and_not_trained_on(tiny_model_path):
     cfg = load_config(None, SMALL)
-    learner = Learner(cfg, tiny_model_path, 1)
+    learner = Learner(PolicySettings.of(cfg), tiny_model_path, 1)
     before = [p.detach().clone() for p in learner.model.parameters()]
     failed = [
         Sample(prompt_ids=[1, 2], response_ids=[3], loss_mask=[0], rollout_logprobs=[0.0], group_id=g) for g in (0, 0)

@@ -7,6 +7,7 @@ import torch
 
 from relay.algos.losses import aggregate
 from relay.config import TrainingConfig, load_config
+from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.types import Batch, Sample
 from relay.update.loop import mini_batch_indices, run_update, shuffle_generator
 
@@ -111,10 +112,10 @@ def test_learner_and_critic_shuffle_mini_batches_by_the_same_rule(tiny_model_pat
         actor.update(batch)
         return seen
 
-    learner = Learner(cfg, tiny_model_path, num_threads=1)
+    learner = Learner(PolicySettings.of(cfg), tiny_model_path, num_threads=1)
     batch.old_logprobs = learner.compute_logprobs(batch)
     batch.advantages = batch.rewards[:, None] * batch.loss_mask
-    critic = Critic(cfg, tiny_model_path, num_threads=1)
+    critic = Critic(CriticSettings.of(cfg), tiny_model_path, num_threads=1)
     batch.values = critic.compute_values(batch)
     batch.returns = batch.advantages
     assert seen_groups(learner) == expected
