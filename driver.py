@@ -13,7 +13,7 @@ import sys
 
 from relay.run.command_line import run_command_line
 from relay_trainer.loop import train, train_step
-from relay_trainer.recipes import recipe_path
+from relay.run.recipes import recipe_path
 
 __all__ = ["main", "train", "train_step"]
 

@@ -32,14 +32,14 @@ def train_main(argv: list[str]) -> int:
     print("relay: starting (importing ray) ...", flush=True)
     from relay.run.command_line import run_command_line
     from relay_trainer.loop import train
-    from relay_trainer.recipes import recipe_path
+    from relay.run.recipes import recipe_path
 
     description = "Train with relay's RL loop. --config takes a file or a shipped config's name (relay configs)."
     return run_command_line(train, description, argv, config_path=recipe_path, prog="relay train")
 
 
 def configs_main(argv: list[str]) -> int:
-    from relay_trainer.recipes import configs_folder, shipped_configs
+    from relay.run.recipes import configs_folder, shipped_configs
 
     print(f"shipped configs in {configs_folder()}:")
     for name in shipped_configs():

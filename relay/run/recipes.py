@@ -1,8 +1,8 @@
 """The shipped configs (configs/*.yaml), reachable by name from a checkout and from an installed
 package alike: `relay train --config ppo`, `ConfigStore.from_yaml("default")`.
 
-In the repository they are configs/; a wheel installs that folder as the package
-relay_trainer.configs (pyproject.toml's package-dir), so they travel with `pip install`.
+In the repository they are configs/; a wheel installs that folder as the package relay.recipes
+(pyproject.toml's package-dir), so they travel with `pip install`.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-REPOSITORY_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+REPOSITORY_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def configs_folder() -> Path:
     """Where the shipped configs are: the installed package's, else the checkout's configs/."""
     try:
-        installed = Path(str(importlib.resources.files("relay_trainer.configs")))
-    except ModuleNotFoundError:  # a checkout on sys.path, not installed: the package is configs/ itself
+        installed = Path(str(importlib.resources.files("relay.recipes")))
+    except ModuleNotFoundError:  # a checkout on sys.path, not installed: configs/ is the folder
         return REPOSITORY_CONFIGS
     return installed if (installed / "default.yaml").is_file() else REPOSITORY_CONFIGS
 
