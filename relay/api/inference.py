@@ -28,6 +28,7 @@ from relay.config.engine_registry import ENGINES
 from relay.engines import engine_class
 from relay.engines.base import Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
+from relay.envs.chat import ChatFormat
 from relay.envs.trajectory import Trajectory
 from relay.models.resolve import model_folder
 from relay.types import Sample
@@ -51,6 +52,7 @@ class InferenceEngine:
     def __init__(self, engine: Engine, backend: str):
         self.engine, self.backend = engine, backend
         self.tokenizer = engine.tokenizer
+        self.chat = ChatFormat(self.tokenizer, None, "auto")  # relay's rendering of messages (relay/envs/chat.py)
 
     def padded(self, token_ids: list[list[int]]) -> np.ndarray:
         """(batch, longest) int64 array, right-padded with the tokenizer's pad id (else its EOS)."""
@@ -73,10 +75,7 @@ class InferenceEngine:
         tokenizer's chat template; else the text is tokenized as it is."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if chat:
-            ids = [
-                list(self.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True))
-                for p in prompts
-            ]
+            ids = [self.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompts]
         else:
             ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
         return self.generate_ids(ids, max_tokens, temperature, top_p, seed)
@@ -175,8 +174,7 @@ class MultiTurnInferenceEngine:
         tool call in the reply is run and its result added as the next message."""
         if not self.messages:
             raise ValueError("MultiTurnInferenceEngine.step: call start_conversation(prompt) first")
-        tokenizer = self.engine.tokenizer
-        ids = list(tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
+        ids = self.engine.chat.prompt_ids(self.messages)
         reply = self.engine.generate_ids([ids], max_tokens, temperature, top_p).sequences[0]
         self.add_message("assistant", reply)
         if self.enable_tools:
