@@ -12,8 +12,8 @@ if __name__ == "__main__":  # the imports below take seconds; the first line sho
 import sys
 
 from relay.run.command_line import run_command_line
-from relay_trainer.loop import train, train_step
 from relay.run.recipes import recipe_path
+from relay_trainer.loop import train, train_step
 
 __all__ = ["main", "train", "train_step"]
 

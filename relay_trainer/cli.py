@@ -31,8 +31,8 @@ TOOLS = {
 def train_main(argv: list[str]) -> int:
     print("relay: starting (importing ray) ...", flush=True)
     from relay.run.command_line import run_command_line
-    from relay_trainer.loop import train
     from relay.run.recipes import recipe_path
+    from relay_trainer.loop import train
 
     description = "Train with relay's RL loop. --config takes a file or a shipped config's name (relay configs)."
     return run_command_line(train, description, argv, config_path=recipe_path, prog="relay train")

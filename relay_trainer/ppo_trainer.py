@@ -12,8 +12,9 @@ actors live for one fit(); a later fit() resumes the run from its last checkpoin
 --resume: optimizer, data position and RNG included), so fit(2) then fit(3) trains as fit(5).
 
 An environment instance stands for its class: relay builds fresh instances in its actors, one per
-episode group, with the instance's config (task.env_config). Classes and functions defined in a
-script or a notebook reach the actors pickled by value.
+episode group, with the instance's config (task.env_config). The environment class and the reward
+function reach the actors pickled by value (their module's code travels with them), so they need
+not be importable where the actors run: defined in a script, a notebook or a test module alike.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class RayPPOTrainer:
             self.run_dir = run_folder(cfg, resume=False)
             cfg = self._config({**extra, "run.name": self.run_dir.name})
         self._note_ray()
+        self._ship_user_code()
         first_epoch = self._epochs_done
 
         def report(step: int, metrics: dict[str, Any]) -> None:
@@ -147,6 +149,20 @@ class RayPPOTrainer:
         from relay.run.folder import task_rows
 
         return max(1, len(task_rows(cfg)[0]) // cfg.training.prompts_per_step)
+
+    def _ship_user_code(self) -> None:
+        """Pickle the user's environment and reward modules by value. Ray's workers import a module
+        by name otherwise, and a script's folder, a notebook's or a test's is not on their path."""
+        import sys
+
+        import ray.cloudpickle
+
+        env = self.environment
+        for obj in (env if env is None or isinstance(env, type) else type(env), self.reward_fn):
+            name = getattr(obj, "__module__", None)
+            top = (name or "").split(".")[0]
+            if name and name != "__main__" and top not in ("relay", "actors", "relay_trainer") and name in sys.modules:
+                ray.cloudpickle.register_pickle_by_value(sys.modules[name])
 
     def _note_ray(self) -> None:
         """Whether this trainer's fit starts Ray (then cleanup() stops it)."""

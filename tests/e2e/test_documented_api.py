@@ -9,7 +9,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
