@@ -7,19 +7,15 @@ In the repository they are configs/; a wheel installs that folder as the package
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
-REPOSITORY_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+INSTALLED_CONFIGS = Path(__file__).resolve().parents[1] / "recipes"  # relay/recipes/ inside a wheel's install
+REPOSITORY_CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # a checkout (editable installs too)
 
 
 def configs_folder() -> Path:
     """Where the shipped configs are: the installed package's, else the checkout's configs/."""
-    try:
-        installed = Path(str(importlib.resources.files("relay.recipes")))
-    except ModuleNotFoundError:  # a checkout on sys.path, not installed: configs/ is the folder
-        return REPOSITORY_CONFIGS
-    return installed if (installed / "default.yaml").is_file() else REPOSITORY_CONFIGS
+    return INSTALLED_CONFIGS if (INSTALLED_CONFIGS / "default.yaml").is_file() else REPOSITORY_CONFIGS
 
 
 def shipped_configs() -> list[str]:

@@ -44,7 +44,12 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_the_wheel_holds_the_loop_the_configs_the_models_and_the_command(wheel):
     names = set(wheel.namelist())
-    assert {"relay_trainer/loop.py", "relay_trainer/ppo_trainer.py", "relay/api/config_store.py", "actors/pools.py"} <= names
+    assert {
+        "relay_trainer/loop.py",
+        "relay_trainer/ppo_trainer.py",
+        "relay/api/config_store.py",
+        "actors/pools.py",
+    } <= names
     shipped = {f"relay/recipes/{name}.yaml" for name in shipped_configs()}
     assert shipped and shipped <= names
     assert "relay/models/shipped/manifest.json" in names
@@ -52,6 +57,20 @@ def test_the_wheel_holds_the_loop_the_configs_the_models_and_the_command(wheel):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "relay = relay_trainer.cli:main" in wheel.read(entry_points).decode()
     assert not any(n.startswith(("tests/", "configs/")) or n in ("driver.py", "tune.py") for n in names)
+
+
+def test_an_installed_relay_finds_its_configs_by_name(wheel, tmp_path):
+    site = tmp_path / "site-packages"
+    wheel.extractall(site)  # what pip puts in site-packages
+    probe = "from relay.run.recipes import recipe_path; print(recipe_path('default'))"
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {probe}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == str(site / "relay" / "recipes" / "default.yaml")
 
 
 def test_shipped_configs_by_name(tmp_path, monkeypatch):
