@@ -43,12 +43,13 @@ class RayPPOTrainer:
         reward_fn: Any = None,
         dataset: str | Path | Iterable[Mapping[str, Any]] | None = None,
     ):
-        """config: a ConfigStore, a config file or shipped config's name, or a mapping of sections.
+        """config: a ConfigStore, a config file or shipped config's name, or a mapping of sections
+        (None: the default run's config, as ConfigStore()).
         environment: an environment instance or class (the reset/step contract), or None.
         reward_fn: f(trajectory) or f(trajectory, environment) -> float; None: the episode's return
         with an environment, else the task's own check. dataset: rows (mappings with a prompt and a
         ground_truth) or a JSONL / Parquet file; None: the environment's episodes or the built-in task."""
-        self.config = config if isinstance(config, ConfigStore) else ConfigStore(config)
+        self.config = config if isinstance(config, ConfigStore) else ConfigStore("default" if config is None else config)
         self.environment = environment
         self.reward_fn = reward_fn
         self.dataset = dataset

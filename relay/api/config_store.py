@@ -1,7 +1,8 @@
 """ConfigStore: the config tree set attribute by attribute from Python, under the field names
 users bring from other PPO setups, and under relay's own keys.
 
-    config = ConfigStore()                        # or ConfigStore("ppo"), a shipped config or a YAML file
+    config = ConfigStore()                        # the default run's config (configs/default.yaml)
+    config = ConfigStore("ppo")                   # a shipped config by name, or a YAML file; {}: schema defaults
     config.model.model_name = "tiny"              # -> model.path
     config.training.learning_rate = 1e-5          # -> training.lr
     config.training.steps = 20                    # relay's own key, in the section of the same name
@@ -120,7 +121,9 @@ class Section:
 class ConfigStore:
     """Relay's config, set from Python. See the module docstring."""
 
-    def __init__(self, config: str | Path | Mapping[str, Any] | None = None, overrides: list[str] = ()):
+    def __init__(self, config: str | Path | Mapping[str, Any] | None = "default", overrides: list[str] = ()):
+        """`config`: a shipped config's name or a YAML file (default: the one `python driver.py` runs
+        without --config, so both start from the same run), or a mapping of sections."""
         raw: dict[str, Any] = {}
         if isinstance(config, Mapping):
             raw = _copy(config)

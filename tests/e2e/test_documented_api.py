@@ -257,6 +257,12 @@ def test_config_store_maps_the_documented_fields_onto_relays_keys():
     assert config.build().rollout.engine_kwargs["tensor_parallel_size"] == 2
 
 
+def test_the_default_store_is_the_default_runs_config():
+    from relay.config import load_config
+
+    assert ConfigStore().build() == load_config(Path(__file__).resolve().parents[2] / "configs" / "default.yaml")
+
+
 def test_relays_own_keys_and_files_are_reachable():
     config = ConfigStore("ppo")  # a shipped config by name
     assert config.algorithm.estimator == "gae" and config.critic.enabled
