@@ -49,7 +49,9 @@ class RayPPOTrainer:
         reward_fn: f(trajectory) or f(trajectory, environment) -> float; None: the episode's return
         with an environment, else the task's own check. dataset: rows (mappings with a prompt and a
         ground_truth) or a JSONL / Parquet file; None: the environment's episodes or the built-in task."""
-        self.config = config if isinstance(config, ConfigStore) else ConfigStore("default" if config is None else config)
+        self.config = (
+            config if isinstance(config, ConfigStore) else ConfigStore("default" if config is None else config)
+        )
         self.environment = environment
         self.reward_fn = reward_fn
         self.dataset = dataset
@@ -76,9 +78,11 @@ class RayPPOTrainer:
             epochs, per_epoch = 1, num_iters_per_epoch or base.training.steps
         else:
             per_epoch = num_iters_per_epoch or self._iters_per_epoch(base)
-        problems = [f"fit: {name} must be a positive integer, got {value!r}"
-                    for name, value in (("num_epochs", epochs), ("num_iters_per_epoch", per_epoch))
-                    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0)]
+        problems = [
+            f"fit: {name} must be a positive integer, got {value!r}"
+            for name, value in (("num_epochs", epochs), ("num_iters_per_epoch", per_epoch))
+            if not (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+        ]
         if problems:
             raise ConfigError(problems)
         extra = {"training.steps": self.steps_done + epochs * per_epoch}
@@ -108,7 +112,12 @@ class RayPPOTrainer:
                 }
             )
 
-        self.last_summary = train(cfg, resume=resume, report=report)
+        try:
+            self.last_summary = train(cfg, resume=resume, report=report)
+        except BaseException:
+            if not resume and latest_checkpoint(self.run_dir / "checkpoints") is None:
+                self.run_dir = None  # nothing to go on from: the next fit() starts a fresh run
+            raise
         self.steps_done, self._epochs_done = cfg.training.steps, first_epoch + epochs
         return self.last_summary
 

@@ -134,7 +134,9 @@ class KLController:
     """The KL coefficient: fixed, or adaptive (Ziegler et al. 2019) towards target_kl over horizon samples.
     relay.update.kl_control's controllers; `value` (also `kl_coef`) is the current coefficient."""
 
-    def __init__(self, init_kl_coef: float = 0.01, target_kl: float = 0.01, adaptive: bool = False, horizon: int = 10_000):
+    def __init__(
+        self, init_kl_coef: float = 0.01, target_kl: float = 0.01, adaptive: bool = False, horizon: int = 10_000
+    ):
         self._controller = (
             AdaptiveKLController(init_kl_coef, target_kl, horizon) if adaptive else FixedKLController(init_kl_coef)
         )

@@ -117,7 +117,12 @@ class MultiTurnManager:
         turn.tool_call = turn.tool_calls[0] if turn.tool_calls else None
         if not parsed and self.environment is not None:
             observation, reward, done, info = self.environment.step(model_output)
-            turn.observation, turn.reward, turn.done, turn.info = str(observation), float(reward), bool(done), info or {}
+            turn.observation, turn.reward, turn.done, turn.info = (
+                str(observation),
+                float(reward),
+                bool(done),
+                info or {},
+            )
         else:
             turn.observation = "\n".join(observations)
         self.turns.append(turn)

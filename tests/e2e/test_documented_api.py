@@ -247,7 +247,11 @@ def test_config_store_maps_the_documented_fields_onto_relays_keys():
     assert (cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p) == (256, 0.7, 0.9)
     assert (cfg.training.lr, cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (1e-5, 0.2, 0.2)
     assert cfg.training.prompts_per_step * cfg.rollout.n == 32
-    assert (cfg.run.output_dir, cfg.resources.rollout.count, cfg.task.env_config) == ("./checkpoints", 4, {"max_turns": 3})
+    assert (cfg.run.output_dir, cfg.resources.rollout.count, cfg.task.env_config) == (
+        "./checkpoints",
+        4,
+        {"max_turns": 3},
+    )
     assert config.training.learning_rate == config.training.lr == 1e-5  # one source of truth, two names
     assert config.checkpoint_every(iters_per_epoch=3) == 15
     config.training.adv_estimator = "gae"  # a value model comes with GAE
@@ -307,7 +311,9 @@ def test_algo_snippets_are_relays_math():
     assert advantages[0, 2].item() == pytest.approx(0.5)
     assert advantages[0, 1].item() == pytest.approx(0.99 * 0.5 - 0.5 + 0.99 * 0.95 * 0.5)
     assert torch.allclose(returns, advantages + values)
-    advantages, returns = algo.compute_grpo_advantage(token_level_rewards=rewards, response_mask=mask, index=np.array(["a", "a", "b", "b"]))
+    advantages, returns = algo.compute_grpo_advantage(
+        token_level_rewards=rewards, response_mask=mask, index=np.array(["a", "a", "b", "b"])
+    )
     # group a: rewards 1 and 0 (mean 0.5, std 0.707); group b: all equal, so 0
     assert advantages[:, 0].tolist() == pytest.approx([0.5 / 0.5**0.5, -0.5 / 0.5**0.5, 0.0, 0.0], abs=1e-5)
     same, _ = compute_advantages("grpo", rewards=rewards.sum(-1), loss_mask=mask, group_ids=torch.tensor([0, 0, 1, 1]))
@@ -393,7 +399,10 @@ def test_tool_snippets():
     assert registry.execute_tool("shout", text="hi") == (True, "HI")
     success, result = registry.execute_tool("calculator", a="two", b=3)
     assert not success and "a" in result
-    assert registry.execute_tool("no_such_tool") == (False, "unknown tool 'no_such_tool'; available tools: 'calculator', 'shout'")
+    assert registry.execute_tool("no_such_tool") == (
+        False,
+        "unknown tool 'no_such_tool'; available tools: 'calculator', 'shout'",
+    )
     env = TextGameEnv(EnvironmentConfig())
     outputs = {
         JSONActionParser(): '{"name": "calculator", "arguments": {"a": 2, "b": 3}}',
