@@ -6,6 +6,7 @@ import line and the tiny model for theirs. The quick start runs as a script outs
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -256,9 +257,15 @@ def test_config_store_maps_the_documented_fields_onto_relays_keys():
     assert config.checkpoint_every(iters_per_epoch=3) == 15
     config.training.adv_estimator = "gae"  # a value model comes with GAE
     assert config.build().critic.enabled
-    config.inference.backend = "vllm"
     config.model.tensor_parallel_size = 2
-    assert config.build().rollout.engine_kwargs["tensor_parallel_size"] == 2
+    with pytest.raises(ConfigError, match="model.tensor_parallel_size=2: the hf engine has no tensor parallelism"):
+        config.build()
+    config.inference.backend = "vllm"
+    if importlib.util.find_spec("vllm") is None:  # where it is not installed, the engine's own line says so
+        with pytest.raises(ConfigError, match="rollout.engine: "):
+            config.build()
+    else:
+        assert config.build().rollout.engine_kwargs["tensor_parallel_size"] == 2
 
 
 def test_the_default_store_is_the_default_runs_config():
