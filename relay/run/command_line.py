@@ -34,11 +34,12 @@ def run_command_line(
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. training.lr=1e-5")
     args = parser.parse_intermixed_args(argv)  # `x=1 --resume y=2` reads as it is meant
     args.config = config_path(args.config)
+    program = prog or "driver.py"  # what the resume lines tell the user to run
     try:
         cfg = load_config(args.config, args.overrides)  # every problem, before any actor starts
         # resources.auto_resume: a run whose learner died resumes from its last checkpoint, here
         named = lambda name: load_config(args.config, [*args.overrides, f"run.name={name}"])  # noqa: E731
-        train_with_auto_resume(train, cfg, args.resume, argv, named)
+        train_with_auto_resume(train, cfg, args.resume, argv, named, program=program)
     except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
         print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
         return 2
@@ -46,7 +47,7 @@ def run_command_line(
         print(f"relay: the run stopped: {e}", file=sys.stderr)
         return 1
     except RunStopped as stopped:  # SIGINT / SIGTERM: one line, the shell's 128 + signal status
-        print(stop_line(stopped, argv), flush=True)
+        print(stop_line(stopped, argv, program), flush=True)
         return stopped.exit_code
     except KeyboardInterrupt:  # before the run's signal handlers were in place
         print("relay: interrupted before training started", flush=True)
