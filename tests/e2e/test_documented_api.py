@@ -222,6 +222,20 @@ def test_fit_reports_config_mistakes_at_once_before_any_actor_starts(tmp_path):
         RayPPOTrainer(config, TextGameEnv).save_checkpoint(tmp_path / "nowhere")
 
 
+def test_a_dataset_of_rows_becomes_the_runs_training_rows(tmp_path):
+    from relay.run.folder import task_rows
+
+    rows = [{"prompt": f"{i}+1=", "ground_truth": str(i + 1)} for i in range(40)]
+    trainer = RayPPOTrainer(small(ConfigStore(), tmp_path), dataset=rows)  # 16 samples = 4 prompts per step
+    cfg = trainer._config({})
+    train_rows, _ = task_rows(cfg)
+    assert cfg.task.name == "custom" and [r["prompt"] for r in train_rows] == [r["prompt"] for r in rows]
+    assert trainer._iters_per_epoch(cfg) == 10  # an epoch: one pass over the rows
+    folder = Path(cfg.task.train_file).parent
+    trainer.cleanup()
+    assert not folder.exists()
+
+
 # ------------------------------------------------------------------------------ configuration
 
 
