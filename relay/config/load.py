@@ -3,6 +3,7 @@ and the resolved config written back as YAML."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import types
@@ -19,9 +20,20 @@ from relay.config.validate import validate
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
     """YAML file (optional) + `a.b=value` overrides -> validated Config, or ConfigError."""
     raw: dict[str, Any] = {}
-    problems: list[str] = []
     if path is not None:
         raw = _read_yaml(Path(path))
+    return config_from_mapping(raw, overrides)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config file's sections as a mapping, or one ConfigError line naming the file."""
+    return _read_yaml(Path(path))
+
+
+def config_from_mapping(raw: dict[str, Any], overrides: list[str] = (), problems: list[str] = ()) -> Config:
+    """Sections as a mapping (what a YAML file holds; values may be objects) + `a.b=value` overrides
+    -> validated Config, or ConfigError listing `problems` found before and every one found here."""
+    raw, problems = _copy_sections(raw), list(problems)
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -42,6 +54,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def _copy_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """The mappings copied (overrides write into them), the values as they are (objects stay the same object)."""
+    return {k: _copy_sections(v) if isinstance(v, dict) else v for k, v in raw.items()}
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -95,6 +112,10 @@ def _build(cls, data: Any, prefix: str, problems: list[str]):
         return cls()
 
 
+def _is_callable_type(tp) -> bool:
+    return tp is collections.abc.Callable or typing.get_origin(tp) is collections.abc.Callable
+
+
 def _coerce(tp, value, path: str, problems: list[str]):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
@@ -103,6 +124,8 @@ def _coerce(tp, value, path: str, problems: list[str]):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
+        if callable(value) and not isinstance(value, str) and any(_is_callable_type(a) for a in inner):
+            return value  # user code given from Python as the object itself (task.env, task.reward_fn)
         return _coerce(inner[0], value, path, problems)
     if origin is Literal:
         if value not in args:

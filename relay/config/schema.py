@@ -9,9 +9,11 @@ has one name and one default.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.dotted import dotted_name
 from relay.config.engine_registry import EngineName, capabilities
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
@@ -83,8 +85,9 @@ class TaskConfig:
     answer_key: str = "ground_truth"
     # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env):
     # relay/envs/trajectory.py. None: the step rewards' sum with task.env, else the exact-answer check.
-    reward_fn: str | None = None
-    env: str | None = None  # dotted path to an Environment class (multi-turn)
+    # From Python (relay.ConfigStore, RayPPOTrainer) env and reward_fn may be the class and function themselves.
+    reward_fn: str | Callable[..., Any] | None = None
+    env: str | Callable[..., Any] | None = None  # dotted path to an Environment class (multi-turn)
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     # Where rewards are computed: false, in the rollout worker that made the samples; true, on EnvPool
@@ -101,7 +104,7 @@ class TaskConfig:
     num_eval_rows: int = 256
 
     @property
-    def reward_fn_path(self) -> str:
+    def reward_fn_path(self) -> str | Callable[..., Any]:
         if self.reward_fn is not None:
             return self.reward_fn
         if self.env:
@@ -393,6 +396,8 @@ class Config:
 
 
 def _plain(x):
+    if callable(x) and not isinstance(x, str):  # user code given as an object: named by its module and name
+        return dotted_name(x)
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

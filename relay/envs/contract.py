@@ -42,6 +42,20 @@ class EnvConfig(dict):
             raise AttributeError(f"task.env_config has no key {name!r} (keys: {sorted(self)})") from None
 
 
+class EnvironmentConfig(EnvConfig):
+    """An environment's config written from Python: EnvironmentConfig(max_turns=3), or set field by
+    field (`config.environment.max_turns = 3`); relay passes it to the constructor as task.env_config."""
+
+    def __init__(self, data: Mapping[str, Any] | None = None, **fields: Any):
+        super().__init__({**(data or {}), **fields})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        del self[name]
+
+
 class BaseEnvironment:
     """Optional base class: the four methods of the contract. Nothing requires it."""
 

@@ -93,6 +93,31 @@ class Trajectory:
         }
 
 
+@dataclass
+class RolloutData:
+    """A batch of trajectories (one rollout), e.g. RolloutData.from_samples(samples)."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(cls, samples: list[Sample]) -> RolloutData:
+        return cls([Trajectory.from_sample(s) for s in samples])
+
+    @property
+    def returns(self) -> list[float]:
+        """Each trajectory's summed environment reward."""
+        return [float(sum(t.rewards)) for t in self.trajectories]
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self):
+        return iter(self.trajectories)
+
+    def __getitem__(self, i: int) -> Trajectory:
+        return self.trajectories[i]
+
+
 def reward_caller(fn: Callable) -> Callable[[Sample, Any], Any]:
     """fn as a function of (sample, environment), whatever form the user wrote it in. One with an
     `rm_score` parameter gets sample.meta["rm_score"] (None where no reward model scored it)."""

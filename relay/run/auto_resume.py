@@ -34,6 +34,7 @@ def train_with_auto_resume(
     argv: list[str],
     config_named: Callable[[str], object],
     log: Callable[[str], None] = print,
+    program: str = "driver.py",
 ) -> dict:
     """train(cfg, resume=...), resumed from the last checkpoint after an ActorLost, at most
     cfg.resources.auto_resume times. `config_named(name)` is the same config with run.name set to
@@ -44,7 +45,7 @@ def train_with_auto_resume(
         try:
             return train(cfg, resume=resume)
         except ActorLost as lost:
-            line = lost_line(lost, argv)
+            line = lost_line(lost, argv, program)
             if attempt >= tries or lost.run_dir is None:
                 raise RunFailed(line) from lost
             log(f"relay: {line}")

@@ -84,7 +84,8 @@ def resume_command(argv: list[str], run_dir: Path, program: str = "driver.py") -
     """`python driver.py --resume ... run.name=<the run's folder name>`: the same arguments, so the
     same config; the folder's own name, since a fresh run may have been given `<name>-1`."""
     kept = [a for a in argv if a != "--resume" and not a.startswith("run.name=")]
-    return shlex.join(["python", program, "--resume", *kept, f"run.name={Path(run_dir).name}"])
+    command = ["python", program] if program.endswith(".py") else program.split()  # `relay train`: as it is
+    return shlex.join([*command, "--resume", *kept, f"run.name={Path(run_dir).name}"])
 
 
 def stop_line(stopped: RunStopped, argv: list[str], program: str = "driver.py") -> str:

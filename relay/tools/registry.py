@@ -327,6 +327,11 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
+    def execute_tool(self, name: str, **arguments: Any) -> tuple[bool, str]:
+        """Run one tool by name with keyword arguments: (success, its output, or the error line)."""
+        result = self.call(ToolCall(name, arguments))
+        return result.ok, result.output if result.ok else (result.error or "")
+
     def call(self, call: ToolCall) -> ToolResult:
         """Validate and run one call. Every failure is a ToolResult(ok=False, error=...)."""
         t0 = time.monotonic()

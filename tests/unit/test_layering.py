@@ -1,5 +1,6 @@
-"""Imports run one way: relay <- actors <- driver.py <- tune.py, and `relay`, the pure library,
-never imports ray. Checked on the source with `ast`, so an import inside a function (one that
+"""Imports run one way: relay <- actors <- relay_trainer <- driver.py, tune.py, and `relay`, the
+pure library, never imports ray. Its one name from above, `relay.RayPPOTrainer`, is resolved by name
+on first use (relay/__init__.py), never imported. Checked on the source with `ast`, so an import inside a function (one that
 runs late, or only on some paths) counts as much as one at the top of a file."""
 
 import ast
@@ -40,8 +41,9 @@ def test_importing_all_of_relay_does_not_load_ray():
 
 
 def project_modules() -> dict[str, Path]:
-    """Dotted module name -> file, for relay/, actors/, driver.py and tune.py."""
-    files = [*(REPO / "relay").rglob("*.py"), *(REPO / "actors").rglob("*.py"), REPO / "driver.py", REPO / "tune.py"]
+    """Dotted module name -> file, for relay/, actors/, relay_trainer/, driver.py and tune.py."""
+    packages = ("relay", "actors", "relay_trainer")
+    files = [*(p for package in packages for p in (REPO / package).rglob("*.py")), REPO / "driver.py", REPO / "tune.py"]
     modules = {}
     for path in files:
         parts = path.relative_to(REPO).with_suffix("").parts
@@ -124,7 +126,8 @@ def test_the_graph_sees_the_imports():
     graph = import_graph()
     # a lazy import (inside a function) and a top-level one, so the checks below are not vacuous
     assert "driver" in graph["tune"] and "actors.pools" in graph["tune"]
-    assert "actors.pools" in graph["driver"] and "relay.config" in graph["actors.pools"]
+    assert "relay_trainer.loop" in graph["driver"] and "actors.pools" in graph["relay_trainer.loop"]
+    assert "relay.config" in graph["actors.pools"]
     assert "relay.envs.chat" in graph["relay.agent.loop"] and "relay.envs.base" in graph["relay.agent.loop"]
 
 
@@ -151,10 +154,26 @@ def layering_offenders(prefix: str, forbidden: set[str]) -> list[str]:
 
 
 def test_relay_never_imports_ray_actors_driver_or_tune():
-    offenders = layering_offenders("relay", {"ray", "actors", "driver", "tune"})
+    offenders = layering_offenders("relay", {"ray", "actors", "relay_trainer", "driver", "tune"})
     assert not offenders, "relay is the pure library:\n" + "\n".join(offenders)
 
 
 def test_actors_never_import_driver_or_tune():
-    offenders = layering_offenders("actors", {"driver", "tune"})
+    offenders = layering_offenders("actors", {"relay_trainer", "driver", "tune"})
     assert not offenders, "actors is plumbing under the loop:\n" + "\n".join(offenders)
+
+
+def test_relay_trainer_never_imports_driver_or_tune():
+    offenders = layering_offenders("relay_trainer", {"driver", "tune"})
+    assert not offenders, "driver.py and tune.py are entry points over relay_trainer:\n" + "\n".join(offenders)
+
+
+def test_relay_names_the_layer_above_only_in_its_lazy_exports():
+    """relay/__init__.py may name relay_trainer's RayPPOTrainer (a string, imported on first use of
+    the name); no other module of relay mentions a package above it."""
+    mentions = [
+        str(path.relative_to(REPO))
+        for path in RELAY.rglob("*.py")
+        if any(f"{above}." in path.read_text() for above in ("relay_trainer", "actors"))
+    ]
+    assert mentions == ["relay/__init__.py"], mentions

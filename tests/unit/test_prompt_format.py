@@ -133,36 +133,36 @@ def test_summary_without_an_evaluation_before_shows_nan(tmp_path):
 
 @pytest.mark.parametrize("eval_before", [True, False])
 def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_before):
-    """driver.train with its Ray-facing calls replaced: the held-out evaluation runs before training
+    """The loop (relay_trainer/loop.py train) with its Ray-facing calls replaced: the held-out evaluation runs before training
     only with training.eval_before, and the run's summary holds NaN for the before-values without it."""
-    import driver
+    from relay_trainer import loop
 
     evaluated_at = []  # the number of steps trained when each evaluation ran
     trained = []
 
     def fake_train_step(cfg, actors, plan, step, *args):
         trained.append(step)
-        return {driver.keys.REWARD_MEAN: 0.5}
+        return {loop.keys.REWARD_MEAN: 0.5}
 
     def fake_evaluate(cfg, actors, rows):
         evaluated_at.append(len(trained))
         return {"eval/accuracy": 0.25 * (1 + len(trained))}
 
     learner = SimpleNamespace(state=SimpleNamespace(remote=lambda: ({}, {})))
-    monkeypatch.setattr(driver, "connect", lambda cfg: None)
+    monkeypatch.setattr(loop, "connect", lambda cfg: None)
     monkeypatch.setattr(
-        driver,
+        loop,
         "actor_pools",
         lambda *a: contextlib.nullcontext(
             SimpleNamespace(learner=learner, critic=None, faults=SimpleNamespace(take=dict))
         ),
     )
-    monkeypatch.setattr(driver, "sync_weights", lambda actors, version: None)
-    monkeypatch.setattr(driver, "evaluate", fake_evaluate)
-    monkeypatch.setattr(driver, "step_plan", lambda *a: SimpleNamespace(state_dict=lambda: None))
-    monkeypatch.setattr(driver, "train_step", fake_train_step)
-    monkeypatch.setattr(driver, "publish_ray_metrics", lambda *a: None)
-    monkeypatch.setattr(driver, "save_training_checkpoint", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "sync_weights", lambda actors, version: None)
+    monkeypatch.setattr(loop, "evaluate", fake_evaluate)
+    monkeypatch.setattr(loop, "step_plan", lambda *a: SimpleNamespace(state_dict=lambda: None))
+    monkeypatch.setattr(loop, "train_step", fake_train_step)
+    monkeypatch.setattr(loop, "publish_ray_metrics", lambda *a: None)
+    monkeypatch.setattr(loop, "save_training_checkpoint", lambda *a, **k: None)
     cfg = load_config(
         None,
         [
@@ -172,7 +172,7 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
             f"training.eval_before={str(eval_before).lower()}",
         ],
     )
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     assert trained == [0, 1]
     assert evaluated_at == ([0, 2] if eval_before else [2])
     assert summary["accuracy_after"] == 0.75

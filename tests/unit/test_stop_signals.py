@@ -69,3 +69,7 @@ def test_stop_line_says_what_is_saved(tmp_path):
         f"relay: stopped by SIGTERM after step 4; latest checkpoint {checkpoint}; "
         "resume: python driver.py --resume training.steps=9 run.name=exp"
     )
+    # the installed command: its resume line names it, not the repository's script
+    assert stop_line(RunStopped(signal.SIGTERM, run_dir, 4), ["training.steps=9"], "relay train").endswith(
+        "resume: relay train --resume training.steps=9 run.name=exp"
+    )

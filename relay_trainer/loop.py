@@ -1,0 +1,136 @@
+"""relay's RL loop, top to bottom: `train(cfg)` runs one run; `python driver.py`, `relay train`,
+RayPPOTrainer.fit and each Ray Tune trial all call it.
+
+samples (rolled out and scored) -> what the advantages need (reference logprobs, values, old
+logprobs) -> update (the learner builds the Batch and the advantages) -> weight sync -> log ->
+checkpoint. Every arrow is an object ref moving between Ray actors; the driver's process holds
+plain Python and never loads torch. How each phase runs (separate actors, one colocated call, or
+samples from the producer) is decided once at start-up: actors/steps.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
+from actors.metrics import publish as publish_ray_metrics
+from actors.pools import actor_pools, connect
+from actors.sft import demonstrations, supervised_stage
+from actors.steps import StepPlan, evaluate, step_plan
+from actors.supervision import actor_loss_stops
+from actors.weights import sync_weights
+from relay.checkpoint.rng import capture_rng, restore_rng
+from relay.config import Config
+from relay.config.resolved import kl_in_reward
+from relay.envs.data import PromptIterator
+from relay.failures import FailureWatch
+from relay.run import metric_keys as keys
+from relay.run.folder import PhaseTimer, create_run_folder, resolve_model_path, run_folder, summarize, task_rows
+from relay.run.loggers import make_loggers
+from relay.run.pipeline import pipeline_metrics
+from relay.run.progress import phase
+from relay.run.resume import resume_checkpoint
+from relay.run.samples import SampleWriter
+from relay.run.stop import StopOnSignal
+from relay.update.kl_control import make_kl_controller
+
+
+def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
+    """One RL step, its phases in order; returns its metrics. `plan` (actors/steps.py) runs each
+    phase for this run's layout and training.mode, and times it."""
+    timer = PhaseTimer()
+    with timer("step"):
+        samples, sample_metrics = plan.take_samples(step, timer)  # rolled out and scored
+        inputs = plan.advantage_inputs(samples, timer)  # reference logprobs, values, old logprobs
+        update_metrics = plan.update(inputs, timer)  # the learner builds the Batch and its advantages
+        with timer("sync"):
+            plan.sync_weights(step + 1)
+    if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
+        sample_writer.write(step + 1, samples)
+    metrics = {
+        keys.WEIGHTS_VERSION: step + 1,
+        keys.STALENESS: step - min(s.weight_version for s in samples),
+        **sample_metrics,
+        **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
+        **timer.seconds,
+        **pipeline_metrics(samples, step, timer.seconds, sample_metrics.get(keys.ROLLOUT_IDLE_S)),
+    }
+    if kl_in_reward(cfg):  # the coefficient moves with the KL the learner measured (kl/mean)
+        kl_ctl.update(metrics[keys.KL_MEAN], n_steps=len(samples))
+    if actors.reference is not None:
+        metrics["kl/coef"] = kl_ctl.value
+    watch.check(samples, metrics)  # raises RunFailed after too many steps in a row of nothing but failures
+    return metrics
+
+
+def train(cfg: Config, resume: bool = False, report=None) -> dict:
+    run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
+    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
+    train_rows, eval_rows = task_rows(cfg)
+    demos = demonstrations(cfg, train_rows) if cfg.sft.steps else []  # read now: a bad row stops nothing started
+    start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
+    if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
+        ckpt, groups, state = found  # verified against its manifest before any actor starts
+        start_step = state["step"]
+        print(f"resumed from {ckpt} at step {start_step}")
+    prompts = PromptIterator(train_rows, cfg.run.seed, **state.get("data", {}))
+    if "rng" in state:
+        restore_rng(state["rng"])
+    else:
+        random.seed(cfg.run.seed)
+    with phase("starting Ray"):
+        connect(cfg)  # and check that the cluster can hold every role
+    create_run_folder(cfg, run_dir)
+    samples = SampleWriter.from_config(cfg, run_dir, path)  # logging.samples_every: episodes as text
+    kl_ctl = make_kl_controller(
+        cfg.algorithm.kl_controller, cfg.algorithm.kl_coef, cfg.algorithm.kl_target, cfg.algorithm.kl_horizon
+    )
+    if "kl_ctl" in state:
+        kl_ctl.load_state_dict(state["kl_ctl"])
+    with (
+        StopOnSignal(run_dir) as stop,  # Ctrl-C / SIGTERM: stop after this step; again: abandon it
+        actor_loss_stops(run_dir),  # an actor dead for good: ActorLost, with the run folder to resume
+        actor_pools(cfg, path, run_dir.name) as actors,
+        make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
+    ):
+        if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
+            load_training_checkpoint(actors, ckpt, groups, state)
+        sync_weights(actors, version=start_step)
+        if state["eval_before"] is None and not cfg.training.eval_before:
+            state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
+        if state["eval_before"] is None:
+            with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
+                state["eval_before"] = evaluate(cfg, actors, eval_rows)
+        if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
+            with phase(f"supervised stage ({cfg.sft.steps} steps)"):
+                supervised_stage(cfg, actors, demos, run_dir)
+            with phase("held-out evaluation after the supervised stage"):
+                state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
+        watch = FailureWatch(cfg.training.stop_after_failed_steps)
+        plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
+        for step in range(start_step, cfg.training.steps):
+            if stop.requested:  # a signal came before training started
+                raise stop.stopped(step)
+            metrics = train_step(cfg, actors, plan, step, kl_ctl, watch, samples)
+            metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
+            state["rewards"].append(metrics[keys.REWARD_MEAN])
+            if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
+                metrics.update(evaluate(cfg, actors, eval_rows))
+            loggers.log(metrics, step + 1)
+            publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
+            if report is not None:
+                report(step + 1, metrics)
+            stopping = stop.requested  # read once: the checkpoint and the stop agree
+            due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
+            if due or (stopping and cfg.checkpoint.on_stop):
+                if (pipeline := plan.state_dict()) is not None:  # first: it may draw prompts
+                    state["pipeline"] = pipeline
+                state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
+                save_training_checkpoint(actors, run_dir / "checkpoints", step + 1, state, cfg.checkpoint.keep_last_n)
+            if stopping:
+                raise stop.stopped(step + 1)
+        eval_after = evaluate(cfg, actors, eval_rows)
+        if cfg.checkpoint.save_hf_model:
+            saved = actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path)
+            actors.faults.get(saved, actors.learner, "save_hf", long=True)
+    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"))
