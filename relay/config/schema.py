@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName, capabilities
 from relay.config.reward_model import RewardModelConfig
 
@@ -80,10 +81,11 @@ class TaskConfig:
     eval_file: str | None = None
     prompt_key: str = "prompt"
     answer_key: str = "ground_truth"
-    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env):
-    # relay/envs/trajectory.py. None: the step rewards' sum with task.env, else the exact-answer check.
+    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env) (relay/envs/trajectory.py).
+    # None: the step rewards' sum with task.env, the agent's own with task.agent, else the exact-answer check.
     reward_fn: str | None = None
     env: str | None = None  # dotted path to an Environment class (multi-turn)
+    agent: str | None = None  # dotted path to an agent program run(client, row) (relay/config/endpoint.py)
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     # Where rewards are computed: false, in the rollout worker that made the samples; true, on EnvPool
@@ -105,6 +107,8 @@ class TaskConfig:
             return self.reward_fn
         if self.env:
             return "relay.envs.base:episode_return"
+        if self.agent:
+            return "relay.endpoint.samples:agent_reward"
         if self.name == "chat_arithmetic":
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"
@@ -357,18 +361,13 @@ class LoggingConfig:
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "relay"
-    # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
-    wandb_mode: str = "offline"  # one of WANDB_MODES
+    wandb_mode: str = "offline"  # one of WANDB_MODES; offline: under run_dir/wandb, upload with `wandb sync`
     mlflow: bool = False
-    # None: a SQLite store in run_dir (see relay.run.loggers.MLflowLogger for why not a file store).
-    mlflow_tracking_uri: str | None = None
+    mlflow_tracking_uri: str | None = None  # None: a SQLite store in run_dir (relay.run.loggers.MLflowLogger says why)
     mlflow_experiment: str = "relay"
-    # The console prints the first step, every this many steps, and the last (on a terminal a
-    # progress bar shows every step as well).
-    console_every: int = 10
-    # Full episodes as readable text in run_dir/samples/step_XXXXXX.txt (the prompt, each model turn
-    # with its tool calls, observations, rewards, finish reason) at the first step, every this many
-    # steps and the last; 0: none. `python -m relay.run.show runs/<name>` prints the latest.
+    console_every: int = 10  # console lines: the first step, every this many steps, the last (a terminal: a bar too)
+    # Whole episodes as text in run_dir/samples/step_XXXXXX.txt (prompt, turns, tool calls, observations, rewards,
+    # finish reason) at the first step, every this many and the last; 0: none. `python -m relay.run.show` prints them.
     samples_every: int = 10
     samples_per_write: int = 4  # episodes per file
 
@@ -384,6 +383,7 @@ class Config:
     training: TrainingConfig = TrainingConfig()
     critic: CriticConfig = CriticConfig()
     reward_model: RewardModelConfig = RewardModelConfig()
+    endpoint: EndpointConfig = EndpointConfig()
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -11,6 +11,7 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted
+from relay.config.endpoint import validate_endpoint
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.schema import (
     LOGGERS_EXTRA,
@@ -138,6 +139,7 @@ def validate(cfg: Config) -> list[str]:
             f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
         )
     p += validate_tools(cfg)
+    p += validate_endpoint(cfg)
     p += validate_reward_model(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
