@@ -78,7 +78,9 @@ class GenerateQueue:
             groups: dict[tuple, list[Pending]] = {}
             for item in batch:
                 s = item.sampling
-                groups.setdefault((s.n, s.temperature, s.top_p, s.top_k, s.stop, s.seed, item.vary_seed), []).append(item)
+                groups.setdefault((s.n, s.temperature, s.top_p, s.top_k, s.stop, s.seed, item.vary_seed), []).append(
+                    item
+                )
             for items in groups.values():
                 self._generate(items)
 

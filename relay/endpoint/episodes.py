@@ -152,6 +152,13 @@ def tool_call_records(chain: list[tuple[Call, Choice]]) -> list[dict[str, Any]]:
     for turn, (_, choice) in enumerate(chain):
         for c in (choice.message or {}).get("tool_calls", []):
             out.append(
-                {"name": c["name"], "arguments": c["arguments"], "ok": True, "error": None, "seconds": 0.0, "turn": turn}
+                {
+                    "name": c["name"],
+                    "arguments": c["arguments"],
+                    "ok": True,
+                    "error": None,
+                    "seconds": 0.0,
+                    "turn": turn,
+                }
             )
     return out

@@ -87,7 +87,9 @@ def as_outcome(program: Callable, call: Callable[[], Any]) -> AgentOutcome:
     info: dict[str, Any] = {}
     if isinstance(value, dict):
         if "reward" not in value:
-            return AgentOutcome(error=f"agent program {name} returned a dict without a 'reward' key: {sorted(value)[:8]}")
+            return AgentOutcome(
+                error=f"agent program {name} returned a dict without a 'reward' key: {sorted(value)[:8]}"
+            )
         info = {k: v for k, v in value.items() if k != "reward"}
         value = value["reward"]
     if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):

@@ -76,7 +76,9 @@ class ChatRequest(_Request):
         super().refuse_unsupported()
         if self.top_logprobs:
             raise ApiError(
-                400, "top_logprobs: only 0 is supported (the engine returns the sampled token's logprob)", "top_logprobs"
+                400,
+                "top_logprobs: only 0 is supported (the engine returns the sampled token's logprob)",
+                "top_logprobs",
             )
         if self.tool_choice not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice: 'auto' or 'none' (relay does not constrain decoding)", "tool_choice")
@@ -98,7 +100,9 @@ class CompletionRequest(_Request):
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.logprobs:
-            raise ApiError(400, "logprobs: only 0 is supported (the sampled token's logprob, not alternatives)", "logprobs")
+            raise ApiError(
+                400, "logprobs: only 0 is supported (the sampled token's logprob, not alternatives)", "logprobs"
+            )
         if self.echo:
             raise ApiError(400, "echo: not supported", "echo")
 
@@ -184,7 +188,9 @@ def logprob_entries(tokenizer, ids: list[int], logprobs: list[float]) -> list[di
     out = []
     for t, lp in zip(ids, logprobs):
         text = tokenizer.decode([t])
-        out.append({"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass")), "top_logprobs": []})
+        out.append(
+            {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass")), "top_logprobs": []}
+        )
     return out
 
 

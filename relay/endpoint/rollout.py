@@ -46,7 +46,9 @@ class AgentRollout:
         episode_rows = [row for row in rows for _ in range(n)]
         self.server.open(ids, sampling)
         try:
-            outcomes = self.run_programs(ids, episode_rows, [self.server.episode_url(e) for e in ids], self.server.token)
+            outcomes = self.run_programs(
+                ids, episode_rows, [self.server.episode_url(e) for e in ids], self.server.token
+            )
         finally:
             records = self.server.close(ids)
         if len(outcomes) != len(ids):

@@ -96,7 +96,9 @@ def episode_samples(record: EpisodeRecord, outcome: AgentOutcome, row: dict, gro
     return samples
 
 
-def agent_metrics(records: list[EpisodeRecord], outcomes: list[AgentOutcome], samples: list[Sample]) -> dict[str, float]:
+def agent_metrics(
+    records: list[EpisodeRecord], outcomes: list[AgentOutcome], samples: list[Sample]
+) -> dict[str, float]:
     """Per rollout call: calls and splits per episode, samples per episode, failures (the driver sums
     the counts over workers and keeps the last worker's means)."""
     if not records:

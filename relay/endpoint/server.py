@@ -160,7 +160,9 @@ class EndpointServer:
         except ApiError as e:
             return web.json_response(e.body(), status=e.status)
         except web.HTTPException as e:  # unknown routes, methods
-            return web.json_response(ApiError(e.status, f"{request.method} {request.path}: {e.reason}").body(), status=e.status)
+            return web.json_response(
+                ApiError(e.status, f"{request.method} {request.path}: {e.reason}").body(), status=e.status
+            )
         except Exception as e:  # a failure inside relay: one line, the engine's or the template's
             return web.json_response(ApiError(500, f"{type(e).__name__}: {e}").body(), status=500)
 
@@ -169,7 +171,9 @@ class EndpointServer:
         got = request.headers.get("Authorization", "")
         scheme, _, key = got.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.token.encode()):
-            raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key")
+            raise ApiError(
+                401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key"
+            )
         return await handler(request)
 
     # -- routes
@@ -202,7 +206,12 @@ class EndpointServer:
         if record is None:
             t = 1.0 if req.temperature is None else req.temperature
             return SamplingParams(
-                n=req.n, temperature=t, top_p=req.top_p or 1.0, max_tokens=limit or self.max_tokens, stop=tuple(req.stop), seed=req.seed
+                n=req.n,
+                temperature=t,
+                top_p=req.top_p or 1.0,
+                max_tokens=limit or self.max_tokens,
+                stop=tuple(req.stop),
+                seed=req.seed,
             )
         if room < 1:
             raise ApiError(
@@ -270,7 +279,11 @@ class EndpointServer:
                     "content": content.strip(),
                     "tool_calls": [{"name": call.name, "arguments": call.arguments} for call in parsed.calls],
                 }
-        eos = c.token_ids[-1] if c.finish_reason == "stop" and c.token_ids and self._is_stop_token(c.token_ids[-1]) else None
+        eos = (
+            c.token_ids[-1]
+            if c.finish_reason == "stop" and c.token_ids and self._is_stop_token(c.token_ids[-1])
+            else None
+        )
         return Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, eos, message)
 
     def _is_stop_token(self, token: int) -> bool:
@@ -296,12 +309,19 @@ class EndpointServer:
         choices, wire = [], []
         for i, c in enumerate(completions):
             text, extra = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)
-            choices.append(Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, None, extra=extra))
+            choices.append(
+                Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, None, extra=extra)
+            )
             logprobs = None
             if req.logprobs is not None:
                 tokens = [self.tokenizer.decode([t]) for t in c.token_ids]
                 offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
-                logprobs = {"tokens": tokens, "token_logprobs": list(c.logprobs), "top_logprobs": None, "text_offset": offsets}
+                logprobs = {
+                    "tokens": tokens,
+                    "token_logprobs": list(c.logprobs),
+                    "top_logprobs": None,
+                    "text_offset": offsets,
+                }
             wire.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason})
         if record is not None:
             text = prompt_in if isinstance(prompt_in, str) else None
@@ -319,6 +339,10 @@ class EndpointServer:
                 "created": int(time.time()),
                 "model": self.model_name,
                 "choices": choices,
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": produced, "total_tokens": len(prompt) + produced},
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": produced,
+                    "total_tokens": len(prompt) + produced,
+                },
             }
         )
