@@ -8,6 +8,8 @@ pool that ran the episodes, so a reward function receives the episode's own envi
 from __future__ import annotations
 
 from relay.config import Config, resolve_dotted
+from relay.endpoint.program import run_agent_programs
+from relay.endpoint.samples import AgentOutcome
 from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
@@ -23,6 +25,7 @@ class EnvPool:
         self.index, self.calls, self.errors = index, 0, 0
         t = cfg.task
         self.envs = EnvRunner(EnvMaker(resolve_dotted(t.env), t.env_config)) if t.env else None
+        self.agent = resolve_dotted(t.agent) if t.agent else None  # task.agent: run(client, row)
         self.scorer = Scorer(resolve_dotted(t.reward_fn_path), self.envs)
 
     def __repr__(self) -> str:
@@ -42,6 +45,13 @@ class EnvPool:
 
     def close(self, episode_ids: list[str]) -> None:
         self.envs.close(episode_ids)
+
+    def run_agents(self, episode_ids: list[str], rows: list[dict], urls: list[str], api_key: str) -> list[AgentOutcome]:
+        """task.agent: the agent program once per episode, all at once, each with a client of its own
+        pointed at its episode's URL on the rollout worker's endpoint (relay/endpoint/program.py)."""
+        outcomes = run_agent_programs(self.agent, list(zip(episode_ids, rows, urls)), api_key)
+        self.calls, self.errors = self.calls + len(outcomes), self.errors + sum(o.error is not None for o in outcomes)
+        return outcomes
 
     def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
         """One reward per sample and why it has none (None: it has one); relay/envs/scoring.py."""

@@ -9,7 +9,7 @@ endpoint (relay/endpoint/server.py), so every call it makes is recorded for that
 (rollout.n x the worker's prompts). The program returns the reward, or a dict with "reward" and
 anything else (its info); a program that raises, or returns no finite number, is an error with
 the line where it happened, recorded on the episode's samples (a reward error: never trained on).
-The client does not retry (max_retries=0): a retried call would reach the endpoint twice.
+The clients do not retry (max_retries=0): a retried call would reach the endpoint twice.
 """
 
 from __future__ import annotations
@@ -31,49 +31,50 @@ CLIENT_TIMEOUT_S = 600.0  # one call's seconds: a batch may wait behind other ep
 def run_agent_programs(
     program: Callable, episodes: list[tuple[str, dict, str]], api_key: str, timeout_s: float = CLIENT_TIMEOUT_S
 ) -> list[AgentOutcome]:
-    """One outcome per (episode id, row, base URL), in order."""
+    """One outcome per (episode id, row, base URL), in order. The episodes' clients share one HTTP
+    connection pool: a client of its own costs about 0.13 s to make (its TLS context), 0.6 ms so."""
     if not episodes:
         return []
+    import openai
+
+    # openai's own HTTP client class (whichever HTTP library this openai version is built on), with
+    # its default pool (openai.DEFAULT_CONNECTION_LIMITS: 1000 connections)
+    pool = dict(timeout=timeout_s)
     if inspect.iscoroutinefunction(program):
-        return asyncio.run(_run_async(program, episodes, api_key, timeout_s))
-    with ThreadPoolExecutor(len(episodes), thread_name_prefix="relay-agent") as pool:
-        return list(pool.map(lambda e: _run_sync(program, e[1], e[2], api_key, timeout_s), episodes))
+        return asyncio.run(_run_async(program, episodes, api_key, openai.DefaultAsyncHttpxClient(**pool)))
+    with openai.DefaultHttpxClient(**pool) as http:
+        with ThreadPoolExecutor(len(episodes), thread_name_prefix="relay-agent") as pool:
+            return list(pool.map(lambda e: _run_sync(program, e[1], e[2], api_key, http), episodes))
 
 
-def _run_sync(program: Callable, row: dict, url: str, api_key: str, timeout_s: float) -> AgentOutcome:
-    import httpx
+def _run_sync(program: Callable, row: dict, url: str, api_key: str, http) -> AgentOutcome:
     import openai
 
-    client = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=timeout_s)
+    client = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, http_client=http)
     try:
-        outcome = as_outcome(program, lambda: program(client, row))
+        return as_outcome(program, lambda: program(client, row))
     finally:
-        client.close()
-        _mark_done(lambda: httpx.post(f"{url}/done", headers=_auth(api_key), timeout=30))
-    return outcome
+        _mark_done(lambda: http.post(f"{url}/done", headers=_auth(api_key)))
 
 
-async def _run_async(program: Callable, episodes: list[tuple[str, dict, str]], api_key: str, timeout_s: float):
-    import httpx
+async def _run_async(program: Callable, episodes: list[tuple[str, dict, str]], api_key: str, http):
     import openai
 
-    async with httpx.AsyncClient(timeout=30) as done_client:
-
-        async def one(row: dict, url: str) -> AgentOutcome:
-            client = openai.AsyncOpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=timeout_s)
+    async def one(row: dict, url: str) -> AgentOutcome:
+        client = openai.AsyncOpenAI(base_url=url, api_key=api_key, max_retries=0, http_client=http)
+        try:
             try:
-                try:
-                    value = await program(client, row)
-                except Exception as e:
-                    return AgentOutcome(error=_raised(program, e))
-                return as_outcome(program, lambda: value)
-            finally:
-                await client.close()
-                try:
-                    await done_client.post(f"{url}/done", headers=_auth(api_key))
-                except httpx.HTTPError:
-                    pass  # the batcher then waits its window for this episode: slower, never wrong
+                value = await program(client, row)
+            except Exception as e:
+                return AgentOutcome(error=_raised(program, e))
+            return as_outcome(program, lambda: value)
+        finally:
+            try:
+                await http.post(f"{url}/done", headers=_auth(api_key))
+            except Exception:
+                pass  # the batcher then waits its window for this episode: slower, never wrong
 
+    async with http:
         return list(await asyncio.gather(*(one(row, url) for _, row, url in episodes)))
 
 
