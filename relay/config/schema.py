@@ -30,6 +30,7 @@ class ConfigError(ValueError):
 SandboxMode = Literal["bwrap", "none"]
 # The names relay.tools.parsers.PARSERS answers to (a unit test keeps the two equal).
 TOOL_PARSERS = ("tag", "hermes", "json", "react", "function_call", "pythonic")
+TOOL_PARSERS += ("qwen3_coder", "harmony", "openai", "llama3_json", "mistral")  # relay/tools/model_parsers.py
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 LOGGERS_EXTRA = "relay[loggers]"  # the pip extra with tensorboard, wandb and mlflow
 
@@ -177,11 +178,10 @@ class SandboxConfig:
 @dataclass(frozen=True)
 class ToolsConfig:
     """Tool calls in the agent loop (relay/agent/loop.py): parser, sandbox, executors or tool server.
-    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval)
-    from here too."""
+    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval) here too."""
 
     enabled: bool = False
-    parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
+    parser: str = "tag"  # one of TOOL_PARSERS: tag | hermes | json | react | function_call | qwen3_coder | ...
     sandbox: SandboxMode = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
     # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
     # stream; the model reads every byte, and the tool client cuts a server's output there too), ...

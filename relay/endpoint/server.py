@@ -266,12 +266,15 @@ class EndpointServer:
         text, _ = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops)
         message: dict = {"role": "assistant", "content": text}
         if parse:
+            # formats that mark calls with special tokens (harmony, llama3_json, mistral) read them
+            special = getattr(self.parser, "reads_special_tokens", False)
+            raw_text = before_stop(self.tokenizer.decode(c.token_ids), stops)[0] if special else text
             try:
-                parsed = self.parser.parse(text)
+                parsed = self.parser.parse(raw_text)
             except Exception:  # a parser bug on hostile text: the reply is the text, no calls
                 parsed = None
             if parsed is not None and parsed.calls:
-                content = text
+                content = "" if special else text  # harmony's other channels, Llama's tag: not the reply's content
                 for call in parsed.calls:
                     content = content.replace(call.raw, "", 1)
                 message = {
