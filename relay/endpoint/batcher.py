@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from relay.engines.base import Completion, Engine, SamplingParams
 
 MAX_WAIT_WINDOWS = 20  # a steady trickle of requests cannot hold a batch back longer than this many windows
@@ -39,6 +41,9 @@ class GenerateQueue:
         self.queue: list[Pending] = []
         self.closed = False
         self.batches = 0  # engine calls made; also varies the in-episode seeds
+        # torch's thread count is set per thread: the engine's thread takes its creator's (the actor's
+        # CPU share). Left at the default, its idle OpenMP threads spin on the cores the HTTP threads need.
+        self.torch_threads = torch.get_num_threads()
         self.thread = threading.Thread(target=self._loop, name="relay-endpoint-engine", daemon=True)
         self.thread.start()
 
@@ -73,6 +78,7 @@ class GenerateQueue:
             return batch
 
     def _loop(self) -> None:
+        torch.set_num_threads(self.torch_threads)
         while not self.closed:
             batch = self._take()
             groups: dict[tuple, list[Pending]] = {}
