@@ -11,7 +11,6 @@ from typing import get_args
 from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted
-from relay.config.endpoint import validate_endpoint
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.schema import (
     LOGGERS_EXTRA,
@@ -26,6 +25,7 @@ from relay.config.schema import (
     ToolServerConfig,
 )
 from relay.config.validate_algorithm import validate_algorithm
+from relay.config.validate_endpoint import validate_endpoint
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 from relay.config.validate_task import validate_task

@@ -278,3 +278,36 @@ def test_a_tool_calling_agent_is_token_exact():
     assert (
         tok.decode(sample.prompt_ids + sample.response_ids) + "\n" == expected
     )  # the template ends a turn with a newline
+
+
+# ------------------------------------------------------------------------------ config
+
+
+def one_argument(client):
+    return 1.0
+
+
+def test_config_checks_name_the_key():
+    from relay.config import ConfigError, load_config
+
+    assert load_config(None, ["task.agent=relay.endpoint.example_agent:run"]).task.agent
+    bad = [
+        "task.agent=tests.unit.test_endpoint:one_argument",
+        "task.env=relay.envs.textgame:TextGame",
+        "tools.enabled=true",
+        "endpoint.parser=yaml",
+        "endpoint.port=70000",
+    ]
+    with pytest.raises(ConfigError) as e:
+        load_config(None, bad)
+    problems = "\n".join(e.value.problems)
+    for line in (
+        "task.agent: one_argument(client): an agent program takes (client, row)",
+        "task.env: not with task.agent",
+        "tools.enabled: not with task.agent",
+        "endpoint.parser: unknown tool parser 'yaml'",
+        "endpoint.port: must be in [0, 65535]",
+    ):
+        assert line in problems, problems
+    with pytest.raises(ConfigError, match="task.agent: cannot load 'no_such_module:run'"):
+        load_config(None, ["task.agent=no_such_module:run"])
