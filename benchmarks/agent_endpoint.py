@@ -74,7 +74,9 @@ def throughput(engine: HFEngine, server: EndpointServer, episodes: int, calls: i
         server.open(ids, SAMPLING)
         before = server.queue.batches
         t = time.perf_counter()
-        outcomes = run_agent_programs(agent(calls), [(e, rows[i], server.episode_url(e)) for i, e in enumerate(ids)], server.token)
+        outcomes = run_agent_programs(
+            agent(calls), [(e, rows[i], server.episode_url(e)) for i, e in enumerate(ids)], server.token
+        )
         through.append(time.perf_counter() - t)
         batches = server.queue.batches - before
         records = server.close(ids)

@@ -311,3 +311,24 @@ def test_config_checks_name_the_key():
         assert line in problems, problems
     with pytest.raises(ConfigError, match="task.agent: cannot load 'no_such_module:run'"):
         load_config(None, ["task.agent=no_such_module:run"])
+
+
+def test_the_readme_agent_runs_as_written():
+    """README.md's "Train your agent program" example, executed as it stands there."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("# my_agent.py:", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    tok = copy.deepcopy(build_tiny_tokenizer())
+    tok.chat_template = QWEN_LIKE_TEMPLATE
+    call = '<tool_call>\n{"name": "add", "arguments": {"numbers": [12, 34]}}\n</tool_call>'
+    engine = ScriptedEngine(tok, lambda turn, text: [call + EOS, "46" + EOS][turn])
+    srv = EndpointServer(engine, parser="hermes", max_tokens=256, max_total_tokens=1024)
+    try:
+        outcome, record = episode(srv, namespace["run"], "readme", {"prompt": "12+34", "ground_truth": "46"})
+    finally:
+        srv.shutdown()
+    assert outcome.error is None and outcome.reward == 1.0
+    assert len(record.calls) == 2 and record.calls[1].parent == (0, 0) and record.splits == 0
