@@ -47,6 +47,9 @@ class Call:
     messages: list[dict] | None = None  # chat: normal form
     tools: list[dict] | None = None
     prompt_text: str | None = None  # completions given text
+    # chat, continuing a call: whether rendering its messages afresh would have given other ids than the
+    # ones fed (the drift an endpoint that re-tokenizes history trains on); None where not checked
+    drift: bool | None = None
 
 
 @dataclass
@@ -89,6 +92,14 @@ class EpisodeRecord:
                     observation = fmt.observation_ids(render[n + 1 :], choice.eos)
                     return call.prompt_ids + choice.token_ids + observation, (ci, k)
         return fmt.prompt_ids(render), None
+
+    @staticmethod
+    def drifts(prompt: list[int], fmt: ChatFormat, render: list[dict]) -> bool | None:
+        """Whether the template's rendering of the messages, re-tokenized, differs from `prompt`."""
+        try:
+            return fmt.prompt_ids(render) != prompt
+        except Exception:  # a template that cannot render the history it was given back
+            return None
 
     # -- completions
 

@@ -106,6 +106,8 @@ def agent_metrics(
     return {
         "agent/calls_mean": statistics.fmean(len(r.calls) for r in records),
         "agent/history_splits": float(sum(r.splits for r in records)),
+        # continued chat calls whose history, rendered and re-tokenized, would not be the tokens served
+        "agent/retokenize_drift_calls": float(sum(c.drift is True for r in records for c in r.calls)),
         "agent/samples_per_episode": len(samples) / len(records),
         "agent/episodes_without_calls": float(sum(not r.calls for r in records)),
         "agent/program_errors": float(sum(o.error is not None for o in outcomes)),

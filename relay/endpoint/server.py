@@ -248,8 +248,9 @@ class EndpointServer:
         parse = bool(tools) and req.tool_choice != "none"
         choices = [self._chat_choice(c, sampling.stop, parse, version) for c in completions]
         if record is not None:
+            drift = None if parent is None else record.drifts(prompt, fmt, render)
             with self.records_lock:
-                record.calls.append(Call(prompt, parent, "chat", choices, messages=messages, tools=tools))
+                record.calls.append(Call(prompt, parent, "chat", choices, messages=messages, tools=tools, drift=drift))
         wire = []
         for i, (c, choice) in enumerate(zip(completions, choices)):
             message = {"role": "assistant", "content": choice.message["content"]}

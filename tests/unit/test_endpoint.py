@@ -127,6 +127,7 @@ def test_a_two_call_agent_trains_on_the_tokens_it_was_served(server):
     assert outcome.error is None and outcome.reward == 1.0 and record.splits == 0
     first, second = record.calls
     assert second.parent == (0, 0)  # continued, never re-rendered
+    assert second.drift is False  # ChatML re-renders this history to the same ids: nothing to lose here
     assert second.prompt_ids[: len(first.prompt_ids) + len(first.choices[0].token_ids)] == (
         first.prompt_ids + first.choices[0].token_ids
     )
@@ -267,6 +268,8 @@ def test_a_tool_calling_agent_is_token_exact():
     assert outcome.error is None and outcome.reward == 1.0 and record.splits == 0
     [sample] = episode_samples(record, outcome, {}, 0, tok)
     check_exact(sample, engine)  # each turn is one engine call's ids and logprobs, for exactly its history
+    # re-rendering the history would have lost the call as the model wrote it (the template shows content only)
+    assert record.calls[1].drift is True
     assert [c["name"] for c in sample.tool_calls] == ["calculator"]
     conversation = [
         {"role": "user", "content": "What is 37*48?"},
