@@ -48,6 +48,7 @@ from relay.envs.chat import ChatFormat
 from relay.tools.parsers import get_parser
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+UNBOUNDED = 2**31  # the token room of a request outside episodes (the model's context still bounds it)
 
 
 class EndpointServer:
@@ -201,8 +202,19 @@ class EndpointServer:
             self.formats[key] = ChatFormat(self.tokenizer, tools, "chat")
         return self.formats[key]
 
-    def _sampling(self, req, record: EpisodeRecord | None, room: int) -> SamplingParams:
+    def _sampling(self, req, record: EpisodeRecord | None, room: int, prompt_len: int) -> SamplingParams:
         limit = req.token_limit
+        context = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(context, int) and context < 10**7:  # a real limit (tokenizers without one say 1e30)
+            if prompt_len >= context:
+                raise ApiError(
+                    400,
+                    f"the prompt has {prompt_len} tokens; the model's context is {context}",
+                    "messages",
+                    "context_length_exceeded",
+                )
+            room = min(room, context - prompt_len)
+            limit = min(limit or self.max_tokens, room)
         if record is None:
             t = 1.0 if req.temperature is None else req.temperature
             return SamplingParams(
@@ -242,8 +254,8 @@ class EndpointServer:
             raise
         except Exception as e:  # jinja's TemplateError and the like: the template refused these messages
             raise ApiError(400, f"messages: the model's chat template cannot render them ({e})", "messages") from None
-        room = record.room(parent, prompt) if record else self.max_total_tokens
-        sampling = self._sampling(req, record, room)
+        room = record.room(parent, prompt) if record else UNBOUNDED
+        sampling = self._sampling(req, record, room, len(prompt))
         completions, version = await self._generate(prompt, sampling, record is not None)
         parse = bool(tools) and req.tool_choice != "none"
         choices = [self._chat_choice(c, sampling.stop, parse, version) for c in completions]
@@ -307,8 +319,8 @@ class EndpointServer:
         else:
             with self.records_lock:
                 prompt, parent = record.completion_prompt(prompt_in, encode, fresh)
-        room = record.room(parent, prompt) if record else self.max_total_tokens
-        sampling = self._sampling(req, record, room)
+        room = record.room(parent, prompt) if record else UNBOUNDED
+        sampling = self._sampling(req, record, room, len(prompt))
         completions, version = await self._generate(prompt, sampling, record is not None)
         choices, wire = [], []
         for i, c in enumerate(completions):

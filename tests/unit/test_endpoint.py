@@ -335,3 +335,12 @@ def test_the_readme_agent_runs_as_written():
         srv.shutdown()
     assert outcome.error is None and outcome.reward == 1.0
     assert len(record.calls) == 2 and record.calls[1].parent == (0, 0) and record.splits == 0
+
+
+def test_the_models_context_bounds_a_request(server):
+    c = client(server)
+    context = server.tokenizer.model_max_length  # 1024 for the tiny model
+    with pytest.raises(openai.BadRequestError, match=f"the model's context is {context}"):
+        c.completions.create(model="m", prompt=[5] * context)
+    reply = c.completions.create(model="m", prompt=[5] * (context - 3), max_tokens=50, temperature=1.0)
+    assert reply.usage.completion_tokens <= 3
