@@ -344,3 +344,25 @@ def test_the_models_context_bounds_a_request(server):
         c.completions.create(model="m", prompt=[5] * context)
     reply = c.completions.create(model="m", prompt=[5] * (context - 3), max_tokens=50, temperature=1.0)
     assert reply.usage.completion_tokens <= 3
+
+
+def test_calls_marked_by_special_tokens_are_read(tiny_model_path):
+    """Mistral marks calls with the special tokens [TOOL_CALLS] and [ARGS], which a decode that skips
+    special tokens drops: the endpoint gives such parsers the turn with them, and the reply's content
+    without them."""
+    tok = copy.deepcopy(build_tiny_tokenizer())
+    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]", "[ARGS]"]})
+    call = '[TOOL_CALLS]calculator[ARGS]{"expression": "37*48"}'
+    assert tok.decode(tok(call).input_ids, skip_special_tokens=True) == 'calculator{"expression": "37*48"}'
+    engine = ScriptedEngine(tok, lambda turn, text: [call + EOS, "1776" + EOS][turn])
+    srv = EndpointServer(engine, parser="mistral", max_tokens=256, max_total_tokens=1024)
+    try:
+        outcome, record = episode(srv, tool_agent, "special")
+    finally:
+        srv.shutdown()
+    assert outcome.error is None and outcome.reward == 1.0
+    assert record.calls[0].choices[0].message == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "37*48"}}],
+    }
