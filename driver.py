@@ -18,6 +18,7 @@ import sys
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
+from actors.sft import demonstrations, supervised_stage
 from actors.steps import StepPlan, evaluate, step_plan
 from actors.supervision import actor_loss_stops
 from actors.weights import sync_weights
@@ -70,6 +71,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
     run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
     path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
+    demos = demonstrations(cfg, train_rows) if cfg.sft.steps else []  # read now: a bad row stops nothing started
     start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
     if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
         ckpt, groups, state = found  # verified against its manifest before any actor starts
@@ -103,6 +105,11 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
+        if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
+            with phase(f"supervised stage ({cfg.sft.steps} steps)"):
+                supervised_stage(cfg, actors, demos, run_dir)
+            with phase("held-out evaluation after the supervised stage"):
+                state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
         for step in range(start_step, cfg.training.steps):
@@ -130,7 +137,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         if cfg.checkpoint.save_hf_model:
             saved = actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path)
             actors.faults.get(saved, actors.learner, "save_hf", long=True)
-    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir)
+    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,12 @@ class ColocatedWorker:
         seconds = {ROLLOUT_S: rolled - start, UPDATE_S: time.perf_counter() - rolled}
         return samples, rollout_metrics, update_metrics, seconds
 
+    def supervised_update(self, samples: list[Sample]) -> dict[str, float]:
+        return self.learner.supervised_update(samples)  # the engine generates from this very module
+
+    def encode_conversations(self, conversations: list[list[dict]]) -> list[Sample]:
+        return self.worker.encode_conversations(conversations)
+
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         return self.learner.compute_logprobs(step)
 

@@ -45,6 +45,7 @@ from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update
 from relay.update.policy import compute_logprobs, response_logprobs
+from relay.update.supervised import supervised_step
 from relay.weights.shared_memory import SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightPayload
 
@@ -108,6 +109,7 @@ class Learner:
             checkpoint_activations(self.model)
         self.ranks = RankMember()
         self._make_optimizer()
+        self.sft_optimizer = None  # the supervised stage's (sft.*), made on its first step
         # What a weight sync sends: the whole (merged) weights, or with model.lora.sync the adapters alone
         self.adapters_only = cfg.model.lora.sends_adapters(cfg.rollout.engine)
         self.weights_out = WeightSender(lambda: engine_weights(self.model, self.adapters_only))
@@ -158,6 +160,15 @@ class Learner:
             self.updates += 1  # the weights after this step are still the step's version
             return metrics
         return self._update(batch) | metrics  # with kl_in=reward its kl/mean is the step's
+
+    def supervised_update(self, samples: list[Sample]) -> dict[str, float]:
+        """One step of the supervised stage (sft.*, relay/update/supervised.py) with its own AdamW."""
+        if self.sft_optimizer is None:
+            params = trainable_parameters(self.model)
+            self.sft_optimizer = torch.optim.AdamW(params, lr=self.cfg.sft.lr, fused=not self.ranks.sharded)
+        batch = as_batch(samples).to(self.device)
+        ranks = self.ranks
+        return supervised_step(self.model, self.sft_optimizer, batch, self.cfg.training, ranks.rank, ranks.world_size)
 
     def _update(self, batch: Batch) -> dict[str, float]:
         """PPO epochs x mini-batches (one optimizer step each) x micro-batches (accumulated).

@@ -224,7 +224,7 @@ def create_role(cls, role: str, cfg: Config, res: RoleResources, run_name: str, 
     """The learner, reference or critic: one actor, or a RankGroup of `res.count` ranks (one
     PACKed placement group: one node when it fits) when the role is sharded (relay/update/fsdp.py).
     The group is formed by `RankGroup.join` once every rank's constructor is done."""
-    ranks = create_group(cls, role, res, run_name, lambda i: (cfg, model_path, threads(res)), groups)
+    ranks = create_group(cls, role, res, run_name, lambda i: (cfg, model_path, threads(cfg, res)), groups)
     return RankGroup(ranks) if is_sharded(cfg.training, res.count) else ranks[0]
 
 
@@ -232,8 +232,14 @@ def rank_backend(res: RoleResources) -> str:
     return "nccl" if res.gpus >= 1 else "gloo"
 
 
-def threads(res: RoleResources) -> int:
-    return max(1, int(res.cpus))
+def threads(cfg: Config, res: RoleResources) -> int:
+    """torch threads of one actor of a role: its whole CPUs. On a Ray started here in sync mode,
+    where rollout and update take turns, a role's actors split every core of the machine between
+    them instead: the phase that runs uses the cores the idle roles hold."""
+    share = max(1, int(res.cpus))
+    if cfg.training.mode != "sync" or cfg.resources.ray_address or os.environ.get("RAY_ADDRESS"):
+        return share
+    return max(share, (os.cpu_count() or 1) // res.count)
 
 
 def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
@@ -325,7 +331,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
         tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
         if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)
-            make_args = lambda i: (cfg, model_path, threads(res.learner), env[0] if env else None, tools)  # noqa: E731
+            make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), env[0] if env else None, tools)  # noqa: E731
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups)[0]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
@@ -334,7 +340,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 "rollout",
                 res.rollout,
                 run_name,
-                lambda i: (cfg, model_path, i, threads(res.rollout), env[i % len(env)] if env else None, tools),
+                lambda i: (cfg, model_path, i, threads(cfg, res.rollout), env[i % len(env)] if env else None, tools),
                 groups,
                 rollout_restarts,
                 # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
@@ -351,7 +357,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if "reward_model" in roles:
             rm_path, rm = reward_model_path(cfg.reward_model.path), res.reward_model
             handles = create_group(
-                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(rm)), groups, restarts
+                RewardModel, "reward_model", rm, run_name, lambda i: (cfg, rm_path, i, threads(cfg, rm)), groups, restarts
             )
             actors.reward_model = RewardModelPool(cfg, handles, actors.faults)
         sleep = cfg.rollout.sleep_while_training

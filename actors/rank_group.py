@@ -69,7 +69,8 @@ class RankGroup:
     def __init__(self, ranks: list):
         self.ranks = ranks
         self.peer_refs: list = []  # results of ranks 1.. (None): checked for errors at the next call
-        methods = ("compute_logprobs", "compute_ref_logprobs", "compute_values", "update", "save_shards", "load_shards")
+        methods = ("compute_logprobs", "compute_ref_logprobs", "compute_values", "update", "supervised_update")
+        methods += ("save_shards", "load_shards")
         for method in (*methods, "save_hf"):
             setattr(self, method, _AllRanks(self, method))
         # weights out: every rank gathers full tensors, rank 0 sends them

@@ -33,6 +33,7 @@ from relay.engines import make_engine
 from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
 from relay.envs.data import row_messages
+from relay.envs.demonstrations import supervised_sample
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
 from relay.tools.calls import ToolCall
@@ -161,6 +162,11 @@ class RolloutWorker:
         """A single-turn prompt's ids, as the agent loop encodes them (benchmarks generate from these)."""
         fmt = ChatFormat(self.tokenizer, prompt_format=self.cfg.task.prompt_format)
         return fmt.prompt_ids(row_messages(row, self.cfg.task.system_prompt))
+
+    def encode_conversations(self, conversations: list[list[dict]]) -> list[Sample]:
+        """Demonstrations (sft.*) laid out token for token as this worker's agent loop lays out episodes."""
+        stops = get_parser(self.cfg.tools.parser).stop_strings if self.cfg.tools.enabled else ()
+        return [supervised_sample(self.agent.format, messages, stops) for messages in conversations]
 
     def sampling(self, step: int, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout

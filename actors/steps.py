@@ -65,7 +65,10 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
-    return eval_metrics(cfg.task, [s.reward for s in samples])
+    metrics = eval_metrics(cfg.task, [s.reward for s in samples])
+    if cfg.tools.enabled:  # how often the model reaches for its tools, next to how often it is right
+        metrics["eval/tool_calls_per_episode"] = sum(len(s.tool_calls) for s in samples) / max(len(samples), 1)
+    return metrics
 
 
 def sampling_round(cfg: Config, step: int, attempt: int = 0) -> int:

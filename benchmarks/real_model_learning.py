@@ -2,8 +2,9 @@
 over several seeds, for full fine-tuning and LoRA, on configs/smol_arith.yaml by default.
 
 Each run is `python driver.py --config CONFIG run.seed=S [variant overrides]`, one at a time; the
-run's own summary (held-out greedy accuracy on problems never trained on, before and after) is
-read from its result line. Prints per-seed numbers, the mean change and its spread across seeds.
+run's own summary (runs/<name>/summary.json: held-out greedy accuracy on problems never trained on,
+before, after the supervised stage when the config has one, and after RL; with tools, tool calls per
+episode too) is read back. Prints per-seed numbers, the mean change and its spread across seeds.
 Numbers, never assertions.
 
     python benchmarks/real_model_learning.py [--config configs/smol_arith.yaml] [--seeds 0 1 2]
@@ -13,7 +14,7 @@ Numbers, never assertions.
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import statistics
 import subprocess
 import sys
@@ -27,19 +28,25 @@ VARIANTS = {
     # LoRA keeps the base frozen: a higher learning rate is the usual trade (adapters start at zero).
     "lora": ["model.lora.rank=16", "model.lora.alpha=32", "training.lr=1.0e-4"],
 }
-RESULT = re.compile(r"^run (\S+): reward (\S+) -> (\S+) .*held-out (\w[\w ]*?) (\S+) -> (\S+)\s*$")
 
 
 def one_run(config: str, seed: int, overrides: list[str], out: Path, name: str) -> dict:
+    """The run's summary (runs/<name>/summary.json: held-out metrics before, after SFT, after RL) and its wall time."""
     cmd = [sys.executable, "driver.py", "--config", config, f"run.seed={seed}", f"run.name={name}"]
     cmd += [f"run.output_dir={out}", "checkpoint.save_hf_model=false", *overrides]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    for line in proc.stdout.splitlines()[::-1]:
-        if m := RESULT.match(line):
-            return {"reward": (float(m[2]), float(m[3])), "held_out": (float(m[5]), float(m[6])), "wall_s": wall}
-    raise SystemExit(f"{name}: no result line (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    summary = out / name / "summary.json"
+    if proc.returncode != 0 or not summary.exists():
+        raise SystemExit(f"{name}: no summary (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return json.loads(summary.read_text()) | {"wall_s": wall}
+
+
+def describe(r: dict, metric: str) -> str:
+    """`before -> after SFT -> after` of one held-out metric (the middle one with sft.steps)."""
+    values = [r.get(f"{metric}_{when}") for when in ("before", "after_sft", "after")]
+    return " -> ".join(f"{v:.3f}" for v in values if v is not None)
 
 
 def main() -> None:
@@ -57,11 +64,16 @@ def main() -> None:
         changes = []
         for seed in args.seeds:
             r = one_run(args.config, seed, [*VARIANTS[variant], *extra], out, f"{variant}-s{seed}")
-            (b, a), (rb, ra) = r["held_out"], r["reward"]
-            changes.append(a - b)
+            metric = "accuracy" if "accuracy_after" in r else "success_rate"
+            changes.append(r[f"{metric}_after"] - r[f"{metric}_before"])
+            tools = (
+                f"; tool calls per episode {describe(r, 'tool_calls_per_episode')}"
+                if "tool_calls_per_episode_after" in r
+                else ""
+            )
             print(
-                f"{variant} seed {seed}: held-out {b:.3f} -> {a:.3f} ({a - b:+.3f}); "
-                f"training reward {rb:.3f} -> {ra:.3f}; {r['wall_s']:.0f} s",
+                f"{variant} seed {seed}: held-out {metric} {describe(r, metric)} ({changes[-1]:+.3f}){tools}; "
+                f"training reward {r['reward_start']:.3f} -> {r['reward_end']:.3f}; {r['wall_s']:.0f} s",
                 flush=True,
             )
         spread = statistics.stdev(changes) if len(changes) > 1 else float("nan")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName, capabilities
 from relay.config.reward_model import RewardModelConfig
+from relay.config.sft import SftConfig
 
 
 class ConfigError(ValueError):
@@ -77,7 +78,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    name: str = "arithmetic"  # built-in (arithmetic, chat_arithmetic), or "custom" with train_file or env
+    name: str = "arithmetic"  # built-in (arithmetic, chat_arithmetic, chat_tool), or "custom" with train_file or env
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None
     prompt_key: str = "prompt"
@@ -110,7 +111,7 @@ class TaskConfig:
             return "relay.envs.base:episode_return"
         if self.agent:
             return "relay.endpoint.samples:agent_reward"
-        if self.name == "chat_arithmetic":
+        if self.name in ("chat_arithmetic", "chat_tool"):  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"
 
@@ -149,9 +150,8 @@ class RoleResources:
     count: int = 1
     cpus: float = 1.0
     gpus: float = 0.0
-    # A custom resource that only some node types declare (`ray start --resources='{"rollout_node": 1}'`,
-    # or `resources:` of a node type in cluster.yaml): the role's actors are placed only on those
-    # nodes. Each actor asks for 0.001 of it, so the declared amount does not limit how many fit.
+    # A custom resource only some node types declare (`ray start --resources=...`, cluster.yaml): the role's
+    # actors go only there, each asking 0.001 of it, so the declared amount does not limit how many fit.
     node_resource: str | None = None
 
 
@@ -171,8 +171,7 @@ class SandboxConfig:
     cpu_cores: float = 1.0  # cgroup CPU quota of the whole run (0: no quota)
     max_code_bytes: int = 1024 * 1024
     python: str = "/usr/bin/python3"  # it, its stdlib and shared libraries are all the host the sandbox sees
-    # Extra host paths bound read-only at the same place; bwrap reaches them as uid 65534.
-    ro_binds: tuple[str, ...] = ()
+    ro_binds: tuple[str, ...] = ()  # extra host paths bound read-only in place (bwrap reads them as uid 65534)
 
 
 @dataclass(frozen=True)
@@ -383,6 +382,7 @@ class Config:
     training: TrainingConfig = TrainingConfig()
     critic: CriticConfig = CriticConfig()
     reward_model: RewardModelConfig = RewardModelConfig()
+    sft: SftConfig = SftConfig()
     endpoint: EndpointConfig = EndpointConfig()
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
-from relay.config.dotted import check_dotted
+from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.schema import (
     LOGGERS_EXTRA,
@@ -24,6 +24,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
+from relay.config.sft import validate_sft
 from relay.config.validate_algorithm import validate_algorithm
 from relay.config.validate_endpoint import validate_endpoint
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
@@ -119,6 +120,8 @@ def validate(cfg: Config) -> list[str]:
     )
     task = cfg.task
     p += validate_task(task)
+    env_class = resolve_dotted(task.env) if task.env and check_dotted(task.env) is None else None
+    p += validate_sft(cfg.sft, task.name, env_class)
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
     need(
         r.max_live_episodes >= 0,

@@ -9,6 +9,8 @@ from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.schema import TaskConfig
 from relay.config.user_code import check_env_class, check_reward_fn
 
+BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", "chat_tool")
+
 
 def validate_task(task: TaskConfig) -> list[str]:
     p: list[str] = []
@@ -24,8 +26,8 @@ def validate_task(task: TaskConfig) -> list[str]:
         )
     else:
         need(
-            task.name in ("arithmetic", "chat_arithmetic"),
-            f"task.name: {task.name!r} is not a built-in task (arithmetic, chat_arithmetic) or 'custom'",
+            task.name in BUILT_IN_TASKS,
+            f"task.name: {task.name!r} is not a built-in task ({', '.join(BUILT_IN_TASKS)}) or 'custom'",
         )
     if task.name == "chat_arithmetic":
         need(bool(task.ops) and set(task.ops) <= set("+-*"), f"task.ops: choose from + - *, got {task.ops!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import statistics
 import time
@@ -10,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from relay.config import Config, ConfigError, TaskConfig, resolve_dotted, save_resolved
-from relay.envs import chat_arithmetic
+from relay.envs import chat_arithmetic, chat_tool
 from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.envs.data import load_rows
@@ -100,6 +101,8 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
         return chat_arithmetic.make_rows(
             t.num_train_rows, t.num_eval_rows, cfg.run.seed, ops, t.operand_min, t.operand_max
         )
+    if t.name == "chat_tool":  # held-out problems are never among the training rows
+        return chat_tool.make_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed)
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
         env = resolve_dotted(t.env)
         make = env.make_rows if hasattr(env, "make_rows") else seed_rows
@@ -167,20 +170,26 @@ def eval_metrics(task: TaskConfig, rewards: list[float]) -> dict[str, float]:
     return {"eval/success_rate": solved, "eval/mean_return": statistics.fmean(rewards) if rewards else 0.0}
 
 
-def summarize(rewards: list[float], before: dict[str, float], after: dict[str, float], run_dir: Path) -> dict:
-    """Reward at the start and end of training, and each held-out metric before and after; printed too."""
+def summarize(
+    rewards: list[float], before: dict[str, float], after: dict[str, float], run_dir: Path, after_sft: dict | None = None
+) -> dict:
+    """Reward at the start and end of training, and each held-out metric before and after (and
+    after the supervised stage, with sft.steps); printed too."""
     k = max(1, min(5, len(rewards) // 2))
     summary = {"reward_start": statistics.fmean(rewards[:k]), "reward_end": statistics.fmean(rewards[-k:])}
-    for key in after:
-        name = key.removeprefix("eval/")
-        summary[f"{name}_before"], summary[f"{name}_after"] = before.get(key, float("nan")), after[key]
+    held_out = []
+    for key, value in after.items():
+        name, start = key.removeprefix("eval/"), before.get(key, float("nan"))
+        summary[f"{name}_before"], summary[f"{name}_after"] = start, value
+        sft = ""
+        if after_sft is not None:
+            summary[f"{name}_after_sft"] = after_sft.get(key, float("nan"))
+            sft = f" -> {summary[f'{name}_after_sft']:.3f} (after SFT)"
+        held_out.append(f"{name.replace('_', ' ')} {start:.3f}{sft} -> {value:.3f}")
     summary["run_dir"] = str(run_dir)
-    held_out = "; ".join(
-        f"{key.removeprefix('eval/').replace('_', ' ')} {before.get(key, float('nan')):.3f} -> {v:.3f}"
-        for key, v in after.items()
-    )
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")  # benchmarks read it
     print(
         f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} "
-        f"(mean of first/last {k} steps); held-out {held_out}"
+        f"(mean of first/last {k} steps); held-out {'; '.join(held_out)}"
     )
     return summary

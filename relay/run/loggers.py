@@ -76,8 +76,8 @@ class JsonlLogger:
 
     filename = "metrics.jsonl"
 
-    def __init__(self, run_dir: str | Path):
-        self.path = Path(run_dir) / self.filename
+    def __init__(self, run_dir: str | Path, filename: str | None = None):
+        self.path = Path(run_dir) / (filename or self.filename)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
 

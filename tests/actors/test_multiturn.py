@@ -54,7 +54,7 @@ def start(cfg, run_name, tools=True):
         "rollout",
         cfg.resources.rollout,
         run_name,
-        lambda i: (cfg, path, i, threads(cfg.resources.rollout), env[0], executors),
+        lambda i: (cfg, path, i, threads(cfg, cfg.resources.rollout), env[0], executors),
         groups,
     )
     return worker, env[0], executors, groups

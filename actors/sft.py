@@ -1,0 +1,53 @@
+"""The supervised stage before RL (sft.*), on the run's own actors: each batch of demonstration
+conversations is laid out as token ids by the first rollout worker (its chat template and tool
+parser, exactly as its agent loop lays out episodes) and trained on by the learner, with its
+own optimizer. The weight sync after it gives RL and the held-out evaluation the tuned weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.weights import sync_weights
+from relay.config import Config, ConfigError, resolve_dotted
+from relay.config.sft import TASK_DEMONSTRATIONS
+from relay.envs import chat_tool
+from relay.envs.demonstrations import batches, episode_from_messages, read_demonstrations
+from relay.run.loggers import JsonlLogger
+
+
+def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
+    """The conversations sft.steps trains on; ConfigError (one line) for a malformed one. Read
+    before any actor starts. A task's own are written for the first training rows it needs."""
+    s = cfg.sft
+    if s.data != TASK_DEMONSTRATIONS:
+        try:
+            return read_demonstrations(s.data)
+        except (OSError, ValueError) as e:
+            raise ConfigError([str(e)]) from None
+    rows = train_rows[: s.steps * s.batch_size]
+    write = chat_tool.demonstrations if cfg.task.name == "chat_tool" else resolve_dotted(cfg.task.env).demonstrations
+    conversations = [row["messages"] for row in write(rows)]
+    for n, messages in enumerate(conversations, 1):
+        try:
+            episode_from_messages(messages)
+        except ValueError as e:
+            raise ConfigError([f"sft.data=task: demonstration {n} of the task: {e}"]) from None
+    return conversations
+
+
+def supervised_stage(cfg: Config, actors, conversations: list[list[dict]], run_dir: Path) -> None:
+    """sft.steps supervised steps, logged to run_dir/sft_metrics.jsonl (RL's metrics.jsonl counts
+    RL steps alone), then the weight sync."""
+    s = cfg.sft
+    log = JsonlLogger(run_dir, "sft_metrics.jsonl")
+    try:
+        for step, batch in enumerate(batches(conversations, s.batch_size, s.steps, cfg.run.seed), 1):
+            samples = actors.rollout[0].encode_conversations.remote(batch)
+            update = actors.learner.supervised_update.remote(samples)
+            metrics = actors.faults.get(update, actors.learner, "supervised update", long=True)
+            log.log(metrics, step)
+            if step == 1 or step % cfg.logging.console_every == 0 or step == s.steps:
+                print(f"sft step {step}/{s.steps} | nll {metrics['sft/nll']:.4f}", flush=True)
+    finally:
+        log.close()
+    sync_weights(actors, version=0)
