@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from actors.plumbing import RelayActor
 from relay.config import TaskConfig, resolve_dotted
+from relay.endpoint.program import run_agent_programs
+from relay.endpoint.samples import AgentOutcome
 from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
@@ -23,6 +25,7 @@ class EnvPool(RelayActor):
     def __init__(self, task: TaskConfig, index: int = 0):
         self.index = index
         self.envs = EnvRunner(EnvMaker(resolve_dotted(task.env), task.env_config)) if task.env else None
+        self.agent = resolve_dotted(task.agent) if task.agent else None  # task.agent: run(client, row)
         self.scorer = Scorer(resolve_dotted(task.reward_fn_path), self.envs)
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
@@ -39,6 +42,13 @@ class EnvPool(RelayActor):
 
     def close(self, episode_ids: list[str]) -> None:
         self.envs.close(episode_ids)
+
+    def run_agents(self, episode_ids: list[str], rows: list[dict], urls: list[str], api_key: str) -> list[AgentOutcome]:
+        """task.agent: the agent program once per episode, all at once, each with a client of its own
+        pointed at its episode's URL on the rollout worker's endpoint (relay/endpoint/program.py)."""
+        outcomes = run_agent_programs(self.agent, list(zip(episode_ids, rows, urls)), api_key)
+        self.calls, self.errors = self.calls + len(outcomes), self.errors + sum(o.error is not None for o in outcomes)
+        return outcomes
 
     def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
         """One reward per sample and why it has none (None: it has one); relay/envs/scoring.py."""

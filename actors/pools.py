@@ -102,7 +102,7 @@ def uses_tool_executors(cfg: Config) -> bool:
 def uses_env_pools(cfg: Config) -> bool:
     """Environments, and rewards marked heavy (task.reward_actor), run on EnvPool actors; a plain
     reward function runs inside the rollout worker that made the samples (no actor, no round trip)."""
-    return bool(cfg.task.env) or cfg.task.reward_actor
+    return bool(cfg.task.env) or cfg.task.reward_actor or bool(cfg.task.agent)  # task.agent: the programs run there
 
 
 def one_call_steps(cfg: Config, actors: Actors) -> bool:

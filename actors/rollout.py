@@ -27,6 +27,8 @@ from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
+from relay.endpoint.rollout import AgentRollout
+from relay.endpoint.server import EndpointServer
 from relay.engines import make_engine
 from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
@@ -77,16 +79,22 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
-        self.multi_turn = cfg.tools.enabled or bool(cfg.task.env)
+        self.multi_turn = cfg.tools.enabled or bool(cfg.task.env) or bool(cfg.task.agent)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
         self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
+        # endpoint.enabled or task.agent: /v1 served from this engine (relay/endpoint/server.py)
+        self.endpoint = start_endpoint(cfg, self.engine, model_path) if cfg.endpoint.enabled or cfg.task.agent else None
         self.agent = self._agent(env_pool, tool_executors or [])
         self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
 
-    def _agent(self, env_pool, tool_executors: list) -> AgentLoop:
+    def _agent(self, env_pool, tool_executors: list) -> AgentLoop | AgentRollout:
         r, tl = self.cfg.rollout, self.cfg.tools
+        if self.cfg.task.agent:  # the agent programs run on the EnvPool, their calls reach self.endpoint
+            if self.env_pool is None:
+                raise ValueError("task.agent is set but this rollout worker was given no EnvPool")
+            return AgentRollout(self.endpoint, self._run_agents)
         common = dict(system_prompt=self.cfg.task.system_prompt, prompt_format=self.cfg.task.prompt_format)
         if self.staged is not None:
             common.update(partial_chunk=r.partial_chunk, pause=self._pause)
@@ -251,6 +259,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
+        if isinstance(self.agent, AgentRollout):
+            metrics.update(self.agent.metrics)  # agent/calls_mean, agent/history_splits, ...
         return {**metrics, **episode_metrics(samples)} if self.multi_turn else metrics
 
     def score(self, samples: list[Sample]) -> float:
@@ -270,6 +280,16 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
     def sleep(self) -> None:
         self.engine.sleep()
+
+    def _run_agents(self, episode_ids: list[str], rows: list[dict], urls: list[str], api_key: str) -> list:
+        """task.agent: the programs of a rollout's episodes, on this worker's EnvPool (a deadline, as its other calls)."""
+        pool = self.env_pool.pool
+        submit = lambda: pool.run_agents.remote(episode_ids, rows, urls, api_key)  # noqa: E731
+        return self.faults.env_call(pool, submit, f"rollout-{self.index} agent programs")
+
+    def endpoint_address(self) -> tuple[str, str] | None:
+        """(base URL, bearer token) of this worker's OpenAI-compatible endpoint; None without one."""
+        return None if self.endpoint is None else (self.endpoint.url + "/v1", self.endpoint.token)
 
     def weight_version(self) -> int:
         return self.engine.weight_version
@@ -312,6 +332,22 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
     def peak_memory_mb(self) -> float:
         return peak_rss_mb()
+
+
+def start_endpoint(cfg: Config, engine: Engine, model_path: str) -> EndpointServer:
+    """The worker's endpoint: on the node's address (loopback for a Ray relay started locally)."""
+    e, r = cfg.endpoint, cfg.rollout
+    return EndpointServer(
+        engine,
+        host=e.host or ray.util.get_node_ip_address(),
+        port=e.port,
+        parser=e.parser,
+        model_name=e.model_name or cfg.model.path,
+        max_tokens=r.max_tokens_per_turn or r.max_new_tokens,
+        max_total_tokens=r.max_total_tokens,
+        batch_wait_s=e.batch_wait_ms / 1000,
+        token=os.environ.get("RELAY_ENDPOINT_TOKEN"),
+    )
 
 
 def by_name(actor):

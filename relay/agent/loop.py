@@ -248,7 +248,7 @@ class AgentLoop:
             # single-turn rollout, whose budget is one turn, ends with "length")
             cut_by_budget = len(tokens) >= room and room < self.limits.max_tokens_per_turn
             e.finish = FinishReason.BUDGET if cut_by_budget else FinishReason.LENGTH
-        elif self.parser is not None and (parsed := self._parse(text)):
+        elif self.parser is not None and (parsed := self._parse(self._parse_text(tokens, text))):
             if e.tool_turns >= self.limits.max_tool_turns or e.turns >= self.limits.max_turns:
                 e.finish = FinishReason.MAX_TURNS  # no turn left to read the results with: do not run them
             else:
@@ -258,6 +258,10 @@ class AgentLoop:
             e.action = text
         else:
             e.finish = FinishReason.STOP
+
+    def _parse_text(self, tokens: list[int], text: str) -> str:
+        """What the parser reads: the turn's text, with its special tokens where the format marks calls with them."""
+        return self.tokenizer.decode(tokens) if getattr(self.parser, "reads_special_tokens", False) else text
 
     def _parse(self, text: str) -> ParseResult:
         """The parser's calls and errors. A parser that raised (hostile text met a bug in it) costs the

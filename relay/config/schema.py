@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from relay.config.dotted import dotted_name
-from relay.config.engine_registry import EngineName, capabilities
+from relay.config.endpoint import EndpointConfig
+from relay.config.engine_registry import EngineName
+from relay.config.lora import LoraConfig
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
 
@@ -32,6 +34,7 @@ class ConfigError(ValueError):
 SandboxMode = Literal["bwrap", "none"]
 # The names relay.tools.parsers.PARSERS answers to (a unit test keeps the two equal).
 TOOL_PARSERS = ("tag", "hermes", "json", "react", "function_call", "pythonic")
+TOOL_PARSERS += ("qwen3_coder", "harmony", "openai", "llama3_json", "mistral")  # relay/tools/model_parsers.py
 WANDB_MODES = ("online", "offline", "disabled", "shared")
 LOGGERS_EXTRA = "relay[loggers]"  # the pip extra with tensorboard, wandb and mlflow
 
@@ -41,26 +44,6 @@ class RunConfig:
     name: str = "tiny-grpo"
     output_dir: str = "runs"
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class LoraConfig:
-    """LoRA adapters on the policy through peft (relay/models/lora.py): only the adapters train and hold
-    optimizer state; the reference policy is the base with the adapters switched off."""
-
-    rank: int = 0  # 0: off (full fine-tuning); else the adapters' rank r
-    alpha: float = 16.0  # the adapter output is scaled by alpha / rank
-    dropout: float = 0.0  # on the adapters' input, in the learner's update passes only
-    # Module names (or suffixes) to adapt, or ("all-linear",); default: Qwen2/Llama attention and MLP.
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    # What a weight sync sends: "merged" (base + adapters; every engine), "adapter" (the adapters alone,
-    # a few MB, where the engine serves LoRA: vLLM), "auto" (adapter where it can, merged elsewhere).
-    sync: Literal["auto", "adapter", "merged"] = "auto"
-
-    def sends_adapters(self, engine: str) -> bool:
-        """Whether weight syncs carry the adapters alone (else merged weights)."""
-        auto = self.sync == "auto" and self.rank > 0 and capabilities(engine).max_lora_adapter_rank > 0
-        return self.rank > 0 and (self.sync == "adapter" or auto)
 
 
 @dataclass(frozen=True)
@@ -83,11 +66,12 @@ class TaskConfig:
     eval_file: str | None = None
     prompt_key: str = "prompt"
     answer_key: str = "ground_truth"
-    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env):
-    # relay/envs/trajectory.py. None: the step rewards' sum with task.env, else the exact-answer check.
+    # Dotted path to a function of (trajectory), (trajectory, environment) or (sample, env) (relay/envs/trajectory.py).
+    # None: the step rewards' sum with task.env, the agent's own with task.agent, else the exact-answer check.
     # From Python (relay.ConfigStore, RayPPOTrainer) env and reward_fn may be the class and function themselves.
     reward_fn: str | Callable[..., Any] | None = None
     env: str | Callable[..., Any] | None = None  # dotted path to an Environment class (multi-turn)
+    agent: str | None = None  # dotted path to an agent program run(client, row) (relay/config/endpoint.py)
     env_config: dict[str, Any] = field(default_factory=dict)  # the environment's constructor argument
     success_threshold: float = 1.0  # environment tasks: an episode whose reward reaches it is a success
     # Where rewards are computed: false, in the rollout worker that made the samples; true, on EnvPool
@@ -109,6 +93,8 @@ class TaskConfig:
             return self.reward_fn
         if self.env:
             return "relay.envs.base:episode_return"
+        if self.agent:
+            return "relay.endpoint.samples:agent_reward"
         if self.name in ("chat_arithmetic", "chat_tool"):  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"
@@ -175,11 +161,10 @@ class SandboxConfig:
 @dataclass(frozen=True)
 class ToolsConfig:
     """Tool calls in the agent loop (relay/agent/loop.py): parser, sandbox, executors or tool server.
-    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval)
-    from here too."""
+    With server_url, relay.tools.client reads the client settings (max_retries ... request_interval) here too."""
 
     enabled: bool = False
-    parser: str = "tag"  # tag | hermes | json | react | function_call (relay/tools/parsers.py)
+    parser: str = "tag"  # one of TOOL_PARSERS: tag | hermes | json | react | function_call | qwen3_coder | ...
     sandbox: SandboxMode = "bwrap"  # none: model code runs UNSANDBOXED (loud warning)
     # Each sandboxed run: wall_timeout_s, cpu_seconds, memory_mb, max_pids, max_output_bytes (per
     # stream; the model reads every byte, and the tool client cuts a server's output there too), ...
@@ -359,18 +344,13 @@ class LoggingConfig:
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "relay"
-    # "offline" writes the run under run_dir/wandb; upload later with `wandb sync`.
-    wandb_mode: str = "offline"  # one of WANDB_MODES
+    wandb_mode: str = "offline"  # one of WANDB_MODES; offline: under run_dir/wandb, upload with `wandb sync`
     mlflow: bool = False
-    # None: a SQLite store in run_dir (see relay.run.loggers.MLflowLogger for why not a file store).
-    mlflow_tracking_uri: str | None = None
+    mlflow_tracking_uri: str | None = None  # None: a SQLite store in run_dir (relay.run.loggers.MLflowLogger says why)
     mlflow_experiment: str = "relay"
-    # The console prints the first step, every this many steps, and the last (on a terminal a
-    # progress bar shows every step as well).
-    console_every: int = 10
-    # Full episodes as readable text in run_dir/samples/step_XXXXXX.txt (the prompt, each model turn
-    # with its tool calls, observations, rewards, finish reason) at the first step, every this many
-    # steps and the last; 0: none. `python -m relay.run.show runs/<name>` prints the latest.
+    console_every: int = 10  # console lines: the first step, every this many steps, the last (a terminal: a bar too)
+    # Whole episodes as text in run_dir/samples/step_XXXXXX.txt (prompt, turns, tool calls, observations, rewards,
+    # finish reason) at the first step, every this many and the last; 0: none. `python -m relay.run.show` prints them.
     samples_every: int = 10
     samples_per_write: int = 4  # episodes per file
 
@@ -387,6 +367,7 @@ class Config:
     critic: CriticConfig = CriticConfig()
     reward_model: RewardModelConfig = RewardModelConfig()
     sft: SftConfig = SftConfig()
+    endpoint: EndpointConfig = EndpointConfig()
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -26,6 +26,7 @@ from relay.config.schema import (
 )
 from relay.config.sft import validate_sft
 from relay.config.validate_algorithm import validate_algorithm
+from relay.config.validate_endpoint import validate_endpoint
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
 from relay.config.validate_task import validate_task
@@ -141,6 +142,7 @@ def validate(cfg: Config) -> list[str]:
             f"rollout.max_total_tokens: must be >= one turn's tokens ({r.max_tokens_per_turn or r.max_new_tokens}), got {r.max_total_tokens}",
         )
     p += validate_tools(cfg)
+    p += validate_endpoint(cfg)
     p += validate_reward_model(cfg)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):

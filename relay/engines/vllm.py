@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import torch
 
-from relay.config.schema import LoraConfig
+from relay.config.lora import LoraConfig
 from relay.engines.base import Completion, SamplingParams, Weights, max_tensor_bytes, named_items
 from relay.engines.vllm_chunked import generate_chunked
 from relay.engines.vllm_defaults import CPU_ENV_DEFAULTS, EXTENSION, default_llm_kwargs, max_positions

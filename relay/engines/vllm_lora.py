@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from relay.config.schema import LoraConfig
+from relay.config.lora import LoraConfig
 from relay.engines.base import Weights, named_items
 from relay.weights.transfer import as_tensor
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from relay.config import Config
-from relay.config.schema import LoraConfig
+from relay.config.lora import LoraConfig
 from relay.weights.transfer import full, unique_tensors
 
 ADAPTER = "default"  # peft's name of the one adapter get_peft_model adds

@@ -136,3 +136,21 @@ def _json_reason(e: Exception) -> str:
 def _json_error(where: str, payload: str, e: Exception) -> str:
     """The model-facing line for any of JSON_FAILURES."""
     return f"{where}: invalid JSON ({_json_reason(e)}) in {_short(payload)}"
+
+
+def _decode_at(text: str, i: int, window: int = 1024) -> tuple[Any, int]:
+    """_LENIENT.raw_decode(text, i) for text[i] in "{[", reading a growing window of the text from i.
+
+    json's error reports count the lines of the whole text before the error, so failing at every
+    bracket of a long turn would cost quadratic time; in a window a failure costs what it read.
+    A failure at the window's end (or in a string the window cut) is retried with a larger one."""
+    while True:
+        chunk = text[i : i + window]
+        try:
+            obj, end = _LENIENT.raw_decode(chunk)
+            return obj, i + end
+        except json.JSONDecodeError as e:
+            cut = i + window < len(text) and (e.pos >= len(chunk) - 6 or e.msg.startswith("Unterminated string"))
+            if not cut:
+                raise
+        window *= 4

@@ -11,6 +11,7 @@ Formats (each documented on its class):
   "json"           {"name": "f", "arguments": {...}} anywhere, or in a ```json fence
   "react"          Thought: ... / Action: f / Action Input: {...}        (Yao et al. 2022)
   "function_call"  [f(a=1, b="x"), g()]                                   (Llama 3.2+ "pythonic")
+  and the formats of released models in relay/tools/model_parsers.py: qwen3_coder, harmony, llama3_json, mistral
 
 Malformed calls never raise: each becomes a line in `errors`, written for the model to read and
 fix on its next turn. Text that is not a call at all is ignored (no calls, no errors). Arguments
@@ -21,7 +22,6 @@ format, and no parser recurses on the model's nesting: hostile text never meets 
 from __future__ import annotations
 
 import ast
-import json
 import re
 from typing import Any, ClassVar
 
@@ -35,10 +35,12 @@ from relay.tools.calls import (
     ToolParser,
     _call_from_obj,
     _checked_call,
+    _decode_at,
     _json_error,
     _short,
     _strip_fence,
 )
+from relay.tools.model_parsers import MODEL_PARSERS
 
 
 class TagParser:
@@ -199,24 +201,6 @@ class JsonParser:
 
     def format_result(self, call: ToolCall, result_text: str) -> str:
         return result_text
-
-
-def _decode_at(text: str, i: int, window: int = 1024) -> tuple[Any, int]:
-    """_LENIENT.raw_decode(text, i) for text[i] in "{[", reading a growing window of the text from i.
-
-    json's error reports count the lines of the whole text before the error, so failing at every
-    bracket of a long turn would cost quadratic time; in a window a failure costs what it read.
-    A failure at the window's end (or in a string the window cut) is retried with a larger one."""
-    while True:
-        chunk = text[i : i + window]
-        try:
-            obj, end = _LENIENT.raw_decode(chunk)
-            return obj, i + end
-        except json.JSONDecodeError as e:
-            cut = i + window < len(text) and (e.pos >= len(chunk) - 6 or e.msg.startswith("Unterminated string"))
-            if not cut:
-                raise
-        window *= 4
 
 
 class ReActParser:
@@ -384,6 +368,7 @@ PARSERS: dict[str, type] = {
     "react": ReActParser,
     "function_call": PythonicParser,
     "pythonic": PythonicParser,  # alias: the name vLLM and Meta use
+    **MODEL_PARSERS,  # qwen3_coder, harmony (alias openai), llama3_json, mistral: relay/tools/model_parsers.py
 }
 
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from relay.config.schema import LoraConfig
+from relay.config.lora import LoraConfig
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine, generation_config
 from relay.engines.hf_prefill import can_share, generation_module, rows_by_prompt

@@ -69,6 +69,24 @@ FRAGMENTS = [
     "lambda: 0",
     "<|python_start|>",
     "<|python_end|>",
+    "<function=",
+    "<function=f>",
+    "</function>",
+    "<parameter=",
+    "<parameter=a>",
+    "</parameter>",
+    "<|channel|>",
+    "commentary to=functions.f ",
+    "to=",
+    "<|message|>",
+    "<|call|>",
+    "<|end|>",
+    "<|start|>",
+    "<|python_tag|>",
+    "<|eom_id|>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
     "\n",
     "\t",
     "\x00",
@@ -126,6 +144,11 @@ def wrap(name: str, body: str) -> str:
         "react": f"Action: f\nAction Input: {body}\n",
         "function_call": f"[f(a={body})]",
         "pythonic": f"[f(a={body})]",
+        "qwen3_coder": f"<tool_call>\n<function=f>\n<parameter=a>\n{body}\n</parameter>\n</function>\n</tool_call>",
+        "harmony": f"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{body}<|call|>",
+        "openai": f"<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{body}<|call|>",
+        "llama3_json": f'<|python_tag|>{{"name": "f", "parameters": {body}}}<|eom_id|>',
+        "mistral": f"[TOOL_CALLS]f[ARGS]{body}",
     }[name]
 
 
@@ -151,7 +174,7 @@ def test_a_cut_call_is_an_error_not_a_call(value, data):
     body = json.dumps(value)
     cut = data.draw(st.integers(1, len(body) - 1), label="cut") if len(body) > 1 else 0
     broken = body[:cut] if cut else "{"
-    for name in ("hermes", "react", "function_call"):
+    for name in ("hermes", "react", "function_call", "harmony", "llama3_json", "mistral"):
         result = check(get_parser(name).parse(wrap(name, broken)))
         assert result.errors and not result.calls, (name, broken, result)
     result = check(get_parser("json").parse(wrap("json", broken)))  # starts like a call: reported
@@ -189,6 +212,13 @@ def test_long_repetitive_text_is_parsed(name):
         "[f(" * 20_000 + "]" * 300,
         '{"name": "f", "arguments": ' * 5_000,
         "```json\n{" * 5_000,
+        "<function=" * 20_000 + ">",
+        "<tool_call><function=f><parameter=a>" * 5_000 + "</tool_call>",
+        "<|message|>" * 20_000,
+        "<|channel|>commentary to=f<|message|>{" * 5_000,
+        "<|python_tag|>{" * 5_000,
+        "[TOOL_CALLS]" * 20_000,
+        "[TOOL_CALLS]f[ARGS]{" * 5_000,
     ]:
         check(get_parser(name).parse(text))
 
@@ -340,7 +370,7 @@ def test_deep_python_syntax_is_an_error_line(text):
 def test_arguments_nested_past_the_limit_are_refused(name):
     """A valid call whose arguments are nested past MAX_ARGUMENT_DEPTH (the arguments object is
     level 1) is an error line, not a call: such a call, kept in a Sample, fails to pickle."""
-    levels_of_wrap = 2 if name in ("function_call", "pythonic") else 1  # f(a={...}): {"a": {...}}
+    levels_of_wrap = 2 if name in ("function_call", "pythonic", "qwen3_coder") else 1  # f(a={...}): {"a": {...}}
 
     def parse(depth: int) -> ParseResult:
         lists = depth - levels_of_wrap

@@ -1,0 +1,27 @@
+"""endpoint.*: the OpenAI-compatible HTTP endpoint a rollout worker serves from its engine
+(relay/endpoint/), and task.agent, the agent program trained through it; with their checks.
+
+`task.agent: my_pkg.module:run` names `run(client, row) -> float | dict` (sync or async). Each
+episode gets its own `openai.OpenAI` (or `AsyncOpenAI`) client pointed at the endpoint of the
+rollout worker running it; the endpoint records every call's exact token ids (docs/agents.md).
+The checks of these keys: relay/config/validate_endpoint.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    enabled: bool = False  # serve /v1 on every rollout worker; task.agent turns it on by itself
+    # None: the node's address (127.0.0.1 for a Ray that relay started locally; reachable from the
+    # cluster's other nodes on a cluster); else the address to bind, e.g. 127.0.0.1.
+    host: str | None = None
+    port: int = 0  # 0: a free port (each worker on a node needs its own)
+    # The model's tool-call format: replies carry `tool_calls` parsed by relay.tools.parsers.PARSERS[parser].
+    parser: str = "hermes"
+    model_name: str | None = None  # the id /v1/models lists; None: model.path
+    # A batch of requests goes to the engine once every live episode waits on one, or this long
+    # after the last request arrived: concurrent episodes share generate calls.
+    batch_wait_ms: float = 5.0

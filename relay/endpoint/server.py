@@ -1,0 +1,364 @@
+"""An OpenAI-compatible HTTP endpoint served from a rollout worker's engine.
+
+    server = EndpointServer(engine, host="127.0.0.1", parser="hermes", max_tokens=64)
+    openai.OpenAI(base_url=server.url + "/v1", api_key=server.token)            # any client
+    server.open(["ep-0"], sampling); openai.OpenAI(base_url=server.episode_url("ep-0"), ...)
+    records = server.close(["ep-0"])                                             # its calls, token-exact
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, and the same under
+/episodes/<id>/v1/ for an episode's client (task.agent: relay/endpoint/rollout.py), whose calls are
+recorded with their exact token ids (relay/endpoint/episodes.py). Every request needs
+`Authorization: Bearer <token>` (401 otherwise). A bad request is a 400 in OpenAI's error shape
+naming the field; a failure inside relay is a 500 with one line; never a traceback.
+
+Inside an episode the rollout's sampling applies (rollout.temperature, top_p, top_k, seed; greedy
+in evaluations), whatever the request asks: the learner scores the tokens under that policy.
+A request's own settings apply to calls outside episodes. The aiohttp server runs on a thread of
+its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import replace
+from urllib.parse import quote
+
+from aiohttp import web
+
+from relay.endpoint.batcher import GenerateQueue
+from relay.endpoint.episodes import Call, Choice, EpisodeRecord, before_stop
+from relay.endpoint.protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    logprob_entries,
+    normal_message,
+    parse_request,
+    template_message,
+    wire_tool_calls,
+)
+from relay.engines.base import Engine, SamplingParams
+from relay.envs.chat import ChatFormat
+from relay.tools.parsers import get_parser
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+UNBOUNDED = 2**31  # the token room of a request outside episodes (the model's context still bounds it)
+
+
+class EndpointServer:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        parser: str = "hermes",
+        model_name: str = "relay",
+        max_tokens: int = 64,
+        max_total_tokens: int = 512,
+        batch_wait_s: float = 0.005,
+        token: str | None = None,
+    ):
+        """max_tokens: a call's token limit in an episode, and the default elsewhere; max_total_tokens:
+        an episode chain's response tokens (rollout.max_total_tokens)."""
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.parser, self.model_name = get_parser(parser), model_name
+        self.max_tokens, self.max_total_tokens = max_tokens, max_total_tokens
+        self.token = token or secrets.token_urlsafe(24)
+        self.episodes: dict[str, EpisodeRecord] = {}
+        self.records_lock = threading.Lock()
+        self.formats: dict[str, ChatFormat] = {}
+        self.requests = 0  # answered requests (200s), for __repr__-style reporting
+        self.queue = GenerateQueue(engine, batch_wait_s, self._waiting_for)
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, args=(host, port), name="relay-endpoint-http", daemon=True)
+        self.thread.start()
+        self._started.wait(timeout=60)
+        if self._error is not None:
+            self.queue.close()
+            raise OSError(f"the endpoint cannot listen on {host}:{port}: {self._error}")
+        self.host = host
+
+    # -- life
+
+    def _serve(self, host: str, port: int) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY_BYTES)
+        for prefix in ("", "/episodes/{episode}"):
+            app.router.add_get(prefix + "/v1/models", self._models)
+            app.router.add_post(prefix + "/v1/chat/completions", self._chat)
+            app.router.add_post(prefix + "/v1/completions", self._completions)
+        app.router.add_post("/episodes/{episode}/v1/done", self._done)
+        self.runner = web.AppRunner(app, access_log=None)
+        try:
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, host, port)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+        except BaseException as e:  # the port is taken, the address is not this machine's, ...
+            self._error = e
+            self._started.set()
+            return
+        self._started.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+
+    def shutdown(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)
+        self.queue.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def episode_url(self, episode_id: str) -> str:
+        """An episode's base URL for an OpenAI client (its calls are recorded)."""
+        return f"{self.url}/episodes/{quote(episode_id, safe='')}/v1"
+
+    # -- episodes
+
+    def open(self, episode_ids: list[str], sampling: SamplingParams) -> None:
+        with self.records_lock:
+            for eid in episode_ids:
+                if eid in self.episodes:
+                    raise ValueError(f"episode {eid!r} is already open")
+                self.episodes[eid] = EpisodeRecord(eid, sampling, self.max_total_tokens)
+
+    def close(self, episode_ids: list[str]) -> dict[str, EpisodeRecord]:
+        with self.records_lock:
+            return {eid: self.episodes.pop(eid) for eid in episode_ids}
+
+    def _waiting_for(self) -> int:
+        with self.records_lock:
+            return sum(not r.done for r in self.episodes.values())
+
+    def _episode(self, request: web.Request) -> EpisodeRecord | None:
+        eid = request.match_info.get("episode")
+        if eid is None:
+            return None
+        with self.records_lock:
+            record = self.episodes.get(eid)
+        if record is None:
+            raise ApiError(404, f"episode {eid!r} is not running on this endpoint", code="episode_not_found")
+        return record
+
+    # -- middleware
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except ApiError as e:
+            return web.json_response(e.body(), status=e.status)
+        except web.HTTPException as e:  # unknown routes, methods
+            return web.json_response(
+                ApiError(e.status, f"{request.method} {request.path}: {e.reason}").body(), status=e.status
+            )
+        except Exception as e:  # a failure inside relay: one line, the engine's or the template's
+            return web.json_response(ApiError(500, f"{type(e).__name__}: {e}").body(), status=500)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        got = request.headers.get("Authorization", "")
+        scheme, _, key = got.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.token.encode()):
+            raise ApiError(
+                401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key"
+            )
+        return await handler(request)
+
+    # -- routes
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._episode(request)
+        model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "relay"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _done(self, request: web.Request) -> web.Response:
+        record = self._episode(request)
+        with self.records_lock:
+            record.done = True
+        return web.json_response({"ok": True})
+
+    async def _json(self, request: web.Request):
+        try:
+            return json.loads(await request.read())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError(400, "the request body is not valid JSON") from None
+
+    def _format(self, tools: list[dict] | None) -> ChatFormat:
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self.formats:
+            self.formats[key] = ChatFormat(self.tokenizer, tools, "chat")
+        return self.formats[key]
+
+    def _sampling(self, req, record: EpisodeRecord | None, room: int, prompt_len: int) -> SamplingParams:
+        limit = req.token_limit
+        context = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(context, int) and context < 10**7:  # a real limit (tokenizers without one say 1e30)
+            if prompt_len >= context:
+                raise ApiError(
+                    400,
+                    f"the prompt has {prompt_len} tokens; the model's context is {context}",
+                    "messages",
+                    "context_length_exceeded",
+                )
+            room = min(room, context - prompt_len)
+            limit = min(limit or self.max_tokens, room)
+        if record is None:
+            t = 1.0 if req.temperature is None else req.temperature
+            return SamplingParams(
+                n=req.n,
+                temperature=t,
+                top_p=req.top_p or 1.0,
+                max_tokens=limit or self.max_tokens,
+                stop=tuple(req.stop),
+                seed=req.seed,
+            )
+        if room < 1:
+            raise ApiError(
+                400,
+                f"this episode's conversation has used its {self.max_total_tokens} response tokens (rollout.max_total_tokens)",
+                code="context_length_exceeded",
+            )
+        s = record.sampling
+        cap = min(self.max_tokens, room)
+        return replace(s, n=req.n, max_tokens=min(limit or cap, cap), stop=tuple(dict.fromkeys((*req.stop, *s.stop))))
+
+    async def _generate(self, prompt: list[int], sampling: SamplingParams, in_episode: bool):
+        return await asyncio.wrap_future(self.queue.submit(prompt, sampling, in_episode))
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        record = self._episode(request)
+        req = parse_request(ChatRequest, await self._json(request))
+        messages = [normal_message(m, i) for i, m in enumerate(req.messages)]
+        tools = req.tools or None
+        fmt, render = self._format(tools), [template_message(m) for m in messages]
+        try:
+            if record is None:
+                prompt, parent = fmt.prompt_ids(render), None
+            else:
+                with self.records_lock:
+                    prompt, parent = record.chat_prompt(messages, tools, fmt, render)
+        except ApiError:
+            raise
+        except Exception as e:  # jinja's TemplateError and the like: the template refused these messages
+            raise ApiError(400, f"messages: the model's chat template cannot render them ({e})", "messages") from None
+        room = record.room(parent, prompt) if record else UNBOUNDED
+        sampling = self._sampling(req, record, room, len(prompt))
+        completions, version = await self._generate(prompt, sampling, record is not None)
+        parse = bool(tools) and req.tool_choice != "none"
+        choices = [self._chat_choice(c, sampling.stop, parse, version) for c in completions]
+        if record is not None:
+            drift = None if parent is None else record.drifts(prompt, fmt, render)
+            with self.records_lock:
+                record.calls.append(Call(prompt, parent, "chat", choices, messages=messages, tools=tools, drift=drift))
+        wire = []
+        for i, (c, choice) in enumerate(zip(completions, choices)):
+            message = {"role": "assistant", "content": choice.message["content"]}
+            finish = c.finish_reason
+            if calls := choice.message.get("tool_calls"):
+                message["tool_calls"] = wire_tool_calls(calls, [f"call_{uuid.uuid4().hex[:24]}" for _ in calls])
+                message["content"] = choice.message["content"] or None
+                finish = "tool_calls"
+            logprobs = {"content": logprob_entries(self.tokenizer, c.token_ids, c.logprobs)} if req.logprobs else None
+            wire.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions)
+
+    def _chat_choice(self, c, stops: tuple[str, ...], parse: bool, version: int) -> Choice:
+        text, _ = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops)
+        message: dict = {"role": "assistant", "content": text}
+        if parse:
+            # formats that mark calls with special tokens (harmony, llama3_json, mistral) read them
+            special = getattr(self.parser, "reads_special_tokens", False)
+            raw_text = before_stop(self.tokenizer.decode(c.token_ids), stops)[0] if special else text
+            try:
+                parsed = self.parser.parse(raw_text)
+            except Exception:  # a parser bug on hostile text: the reply is the text, no calls
+                parsed = None
+            if parsed is not None and parsed.calls:
+                content = "" if special else text  # harmony's other channels, Llama's tag: not the reply's content
+                for call in parsed.calls:
+                    content = content.replace(call.raw, "", 1)
+                message = {
+                    "role": "assistant",
+                    "content": content.strip(),
+                    "tool_calls": [{"name": call.name, "arguments": call.arguments} for call in parsed.calls],
+                }
+        eos = (
+            c.token_ids[-1]
+            if c.finish_reason == "stop" and c.token_ids and self._is_stop_token(c.token_ids[-1])
+            else None
+        )
+        return Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, eos, message)
+
+    def _is_stop_token(self, token: int) -> bool:
+        return token == self.tokenizer.eos_token_id
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        record = self._episode(request)
+        req = parse_request(CompletionRequest, await self._json(request))
+        prompt_in = req.prompt
+        vocab = len(self.tokenizer)
+        if isinstance(prompt_in, list) and not all(isinstance(t, int) and 0 <= t < vocab for t in prompt_in):
+            raise ApiError(400, f"prompt: token ids must be in [0, {vocab})", "prompt")
+        encode = lambda text: self.tokenizer(text, add_special_tokens=False).input_ids  # noqa: E731
+        fresh = lambda text: self.tokenizer(text).input_ids  # noqa: E731  (a BOS where the tokenizer adds one)
+        if record is None:
+            prompt, parent = (list(prompt_in) if isinstance(prompt_in, list) else fresh(prompt_in)), None
+        else:
+            with self.records_lock:
+                prompt, parent = record.completion_prompt(prompt_in, encode, fresh)
+        room = record.room(parent, prompt) if record else UNBOUNDED
+        sampling = self._sampling(req, record, room, len(prompt))
+        completions, version = await self._generate(prompt, sampling, record is not None)
+        choices, wire = [], []
+        for i, c in enumerate(completions):
+            text, extra = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)
+            choices.append(
+                Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, None, extra=extra)
+            )
+            logprobs = None
+            if req.logprobs is not None:
+                tokens = [self.tokenizer.decode([t]) for t in c.token_ids]
+                offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
+                logprobs = {
+                    "tokens": tokens,
+                    "token_logprobs": list(c.logprobs),
+                    "top_logprobs": None,
+                    "text_offset": offsets,
+                }
+            wire.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason})
+        if record is not None:
+            text = prompt_in if isinstance(prompt_in, str) else None
+            with self.records_lock:
+                record.calls.append(Call(prompt, parent, "completion", choices, prompt_text=text))
+        return self._reply("cmpl", "text_completion", wire, prompt, completions)
+
+    def _reply(self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions) -> web.Response:
+        self.requests += 1
+        produced = sum(len(c.token_ids) for c in completions)
+        return web.json_response(
+            {
+                "id": f"{prefix}-{uuid.uuid4().hex}",
+                "object": kind,
+                "created": int(time.time()),
+                "model": self.model_name,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": produced,
+                    "total_tokens": len(prompt) + produced,
+                },
+            }
+        )
