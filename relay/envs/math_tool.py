@@ -40,6 +40,28 @@ def math_tool_reward(sample, env=None) -> float:
     return 1.0 if answer is not None and answer == str(sample.ground_truth) else 0.0
 
 
+OUTCOMES = ("correct", "miscopied", "wrong_code", "no_tool", "unfinished")
+
+
+def episode_outcome(sample) -> str:
+    """What an episode did, for reading a run (benchmarks/math_tool_dip.py):
+    correct     the final answer is the product (after a tool call, or a direct answer);
+    miscopied   the tool printed the product and the final answer differs from it;
+    wrong_code  the tool ran, but never printed the product (wrong operands, an error);
+    no_tool     a direct answer that is wrong;
+    unfinished  no final answer (turn, token or tool-turn limits)."""
+    truth = str(sample.ground_truth)
+    answer = parse_answer(sample.final_text)
+    answered = sample.meta.get("env", {}).get("actions") if isinstance(sample.meta, dict) else None
+    if not answered:
+        return "unfinished"
+    if answer == truth:
+        return "correct"
+    if not sample.tool_calls:
+        return "no_tool"
+    return "miscopied" if f"<result>\n{truth}\n</result>" in sample.response_text else "wrong_code"
+
+
 class MathToolEnv:
     """One question; the first turn without a tool call is the answer (reward 1 if exact, done)."""
 

@@ -1,0 +1,110 @@
+"""Why math_tool's greedy held-out episodes fail: each one sorted into what went wrong.
+
+    python benchmarks/math_tool_failures.py [MODEL ...] [--seed 0] [--rows 256]
+
+MODEL: a model folder (a run's final_model) or `tiny` (the shipped warm start). In one process,
+no Ray: the same agent loop, tag parser and bubblewrap sandbox as the driver's held-out
+evaluation (greedy, configs/math_tool.yaml's limits), on the rows the driver holds out for
+run.seed=SEED. Per model it prints the share of episodes of each outcome
+(relay.envs.math_tool.episode_outcome: correct, miscopied, wrong_code, no_tool, unfinished) and, for the teacher-forced correct episode (tool call, result, exact answer), the mean log
+likelihood of its answer tokens and the share of answer tokens that greedy decoding would pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from actors.tools import ToolExecutor  # noqa: E402  (plain class, no Ray needed)
+from relay.agent.loop import AgentLimits, AgentLoop  # noqa: E402
+from relay.config import load_config  # noqa: E402
+from relay.engines.base import SamplingParams  # noqa: E402
+from relay.engines.hf import HFEngine  # noqa: E402
+from relay.envs.base import EnvRunner  # noqa: E402
+from relay.envs.chat import ChatFormat, ScriptedEpisode, ScriptedTurn, encode_scripted  # noqa: E402
+from relay.envs.math_tool import OUTCOMES, MathToolEnv, episode_outcome  # noqa: E402
+from relay.models.shipped import tiny_model  # noqa: E402
+from relay.tools.parsers import get_parser  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs/math_tool.yaml"
+
+
+def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float]:
+    """Teacher-forced correct episodes: mean log p of the answer tokens (EOS included) and the
+    share of them that are the argmax."""
+    fmt = ChatFormat(engine.tokenizer)
+    logps, argmax_hits = [], []
+    for row in rows:
+        expr = row["prompt"].split("What is ")[1].split("?")[0]
+        truth = row["ground_truth"]
+        episode = ScriptedEpisode(
+            [{"role": "user", "content": row["prompt"]}],
+            [
+                ScriptedTurn(f"<tool>print({expr})</tool>", eos=False, observation=f"\n<result>\n{truth}\n</result>\n"),
+                ScriptedTurn(truth),
+            ],
+        )
+        prompt, response, mask = encode_scripted(fmt, episode)
+        ids = torch.tensor([prompt + response])
+        with torch.no_grad():
+            logits = engine.model(input_ids=ids).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        # the answer: the model tokens after the last observation token
+        last_obs = max(i for i, m in enumerate(mask) if m == 0)
+        for i in range(last_obs + 1, len(response)):
+            pos = len(prompt) + i - 1  # the column that predicts response token i
+            logps.append(logp[pos, response[i]].item())
+            argmax_hits.append(float(logp[pos].argmax().item() == response[i]))
+    return statistics.fmean(logps), statistics.fmean(argmax_hits)
+
+
+def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor) -> dict[str, float]:
+    path = tiny_model(cfg.task.env) if model == "tiny" else model
+    engine = HFEngine(str(path))
+    envs = EnvRunner(MathToolEnv)
+    loop = AgentLoop(
+        engine,
+        engine.tokenizer,
+        AgentLimits.from_config(cfg),
+        parser=get_parser(cfg.tools.parser),
+        run_tools=executor.run_batch,
+        env_reset=envs.reset,
+        env_step=envs.step,
+        env_close=envs.close,
+    )
+    samples = loop.run(rows, SamplingParams(n=1, temperature=0.0, max_tokens=cfg.rollout.max_new_tokens, seed=0))
+    counts = {k: 0 for k in OUTCOMES}
+    for s in samples:
+        counts[episode_outcome(s)] += 1
+    out = {k: v / len(samples) for k, v in counts.items()}
+    out["answer_logp"], out["answer_argmax"] = answer_likelihood(engine, rows)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["tiny"])
+    parser.add_argument("--seed", type=int, default=0, help="run.seed whose held-out rows to use")
+    parser.add_argument("--rows", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cfg = load_config(CONFIG, [f"run.seed={args.seed}", f"task.num_eval_rows={args.rows}"])
+    rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)  # relay/run/folder.py task_rows
+    executor = ToolExecutor(cfg.tools.sandbox_limits, cfg.tools.sandbox, max_workers=cfg.tools.max_workers)
+    print(f"{'model':<40} " + " ".join(f"{k:>10}" for k in (*OUTCOMES, "answer_logp", "answer_argmax")))
+    for model in args.models:
+        r = evaluate(model, rows, cfg, executor)
+        se = math.sqrt(r["correct"] * (1 - r["correct"]) / len(rows))
+        cells = " ".join(f"{r[k]:>10.3f}" for k in (*OUTCOMES, "answer_logp", "answer_argmax"))
+        print(f"{model[-40:]:<40} {cells}   (correct +- {se:.3f} s.e.)")
+
+
+if __name__ == "__main__":
+    main()
