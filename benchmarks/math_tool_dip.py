@@ -6,7 +6,8 @@
 Each seed trains configs/math_tool.yaml (with the given overrides) in this process, one run at a
 time. Every rollout is read as it comes back: the training batches (sampled at
 rollout.temperature) and the greedy held-out episodes, each episode sorted by
-relay.envs.math_tool.episode_outcome (correct, miscopied, wrong_code, no_tool, unfinished). One
+relay.envs.math_tool.episode_outcome (copied, guessed, miscopied, wrong_code, wrong_guess,
+unfinished). One
 JSON line per run goes to <out>/dip.jsonl as it finishes: held-out accuracy before and after
 (each with its binomial standard error over the held-out rows) and the outcome shares, and per
 training step the reward and the outcome shares. The summary prints, per label, each seed's
@@ -36,8 +37,14 @@ QUIET = ["logging.console_every=10", "checkpoint.save_hf_model=false", "logging.
 
 
 def outcome_shares(samples) -> dict[str, float]:
+    """Each outcome's share of the episodes, and the share of groups whose rewards differ (the only
+    ones GRPO learns from: a group of equal rewards has advantage 0)."""
     counts = Counter(episode_outcome(s) for s in samples)
-    return {k: counts[k] / len(samples) for k in OUTCOMES}
+    groups: dict[int, set[float]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, set()).add(s.reward)
+    mixed = sum(len(rewards) > 1 for rewards in groups.values()) / len(groups)
+    return {**{k: counts[k] / len(samples) for k in OUTCOMES}, "mixed_groups": mixed}
 
 
 def one_run(label: str, seed: int, rows: int, out: Path, overrides: list[str]) -> dict:

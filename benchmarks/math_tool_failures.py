@@ -6,8 +6,11 @@ MODEL: a model folder (a run's final_model) or `tiny` (the shipped warm start). 
 no Ray: the same agent loop, tag parser and bubblewrap sandbox as the driver's held-out
 evaluation (greedy, configs/math_tool.yaml's limits), on the rows the driver holds out for
 run.seed=SEED. Per model it prints the share of episodes of each outcome
-(relay.envs.math_tool.episode_outcome: correct, miscopied, wrong_code, no_tool, unfinished) and, for the teacher-forced correct episode (tool call, result, exact answer), the mean log
-likelihood of its answer tokens and the share of answer tokens that greedy decoding would pick.
+(relay.envs.math_tool.episode_outcome) and, for the teacher-forced correct episode (tool call, result, exact answer), the mean log
+likelihood of its answer tokens, the share of answer tokens that greedy decoding would pick, and
+the share of rows whose whole answer it would (copy_accuracy). `--sign-noise 3e-4` first moves
+every weight by +-3e-4 with random signs: the size of AdamW's first step at lr 3e-4, in a
+direction that has nothing to do with the loss.
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from relay.tools.parsers import get_parser  # noqa: E402
 CONFIG = Path(__file__).resolve().parents[1] / "configs/math_tool.yaml"
 
 
-def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float]:
-    """Teacher-forced correct episodes: mean log p of the answer tokens (EOS included) and the
-    share of them that are the argmax."""
+def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float, float]:
+    """Teacher-forced correct episodes (the right tool call and its result): mean log p of the
+    answer tokens (EOS included), the share of them that are the argmax, and the share of rows
+    whose whole answer is (greedy copy accuracy: held-out accuracy if every call were right)."""
     fmt = ChatFormat(engine.tokenizer)
-    logps, argmax_hits = [], []
+    logps, argmax_hits, rows_right = [], [], []
     for row in rows:
         expr = row["prompt"].split("What is ")[1].split("?")[0]
         truth = row["ground_truth"]
@@ -58,16 +62,30 @@ def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float]
         logp = torch.log_softmax(logits, -1)
         # the answer: the model tokens after the last observation token
         last_obs = max(i for i, m in enumerate(mask) if m == 0)
+        hits = []
         for i in range(last_obs + 1, len(response)):
             pos = len(prompt) + i - 1  # the column that predicts response token i
             logps.append(logp[pos, response[i]].item())
-            argmax_hits.append(float(logp[pos].argmax().item() == response[i]))
-    return statistics.fmean(logps), statistics.fmean(argmax_hits)
+            hits.append(float(logp[pos].argmax().item() == response[i]))
+        argmax_hits += hits
+        rows_right.append(float(all(hits)))
+    return statistics.fmean(logps), statistics.fmean(argmax_hits), statistics.fmean(rows_right)
 
 
-def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor) -> dict[str, float]:
+def add_sign_noise(model: torch.nn.Module, size: float, seed: int) -> None:
+    """Every weight moved by +-size, signs drawn at random: a step as large, weight by weight, as
+    AdamW's first step at lr=size (m/sqrt(v) = sign(g) then), in a direction unrelated to the loss."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(size * torch.randint(0, 2, p.shape, generator=generator).mul(2).sub(1).to(p.dtype))
+
+
+def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor, sign_noise: float = 0.0) -> dict[str, float]:
     path = tiny_model(cfg.task.env) if model == "tiny" else model
     engine = HFEngine(str(path))
+    if sign_noise:
+        add_sign_noise(engine.model, sign_noise, seed=0)
     envs = EnvRunner(MathToolEnv)
     loop = AgentLoop(
         engine,
@@ -84,7 +102,7 @@ def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor) -> dict[
     for s in samples:
         counts[episode_outcome(s)] += 1
     out = {k: v / len(samples) for k, v in counts.items()}
-    out["answer_logp"], out["answer_argmax"] = answer_likelihood(engine, rows)
+    out["answer_logp"], out["answer_argmax"], out["copy_accuracy"] = answer_likelihood(engine, rows)
     return out
 
 
@@ -93,17 +111,23 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=["tiny"])
     parser.add_argument("--seed", type=int, default=0, help="run.seed whose held-out rows to use")
     parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument(
+        "--sign-noise", type=float, default=0.0, help="move every weight by +-this first (random signs)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(CONFIG, [f"run.seed={args.seed}", f"task.num_eval_rows={args.rows}"])
     rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)  # relay/run/folder.py task_rows
     executor = ToolExecutor(cfg.tools.sandbox_limits, cfg.tools.sandbox, max_workers=cfg.tools.max_workers)
-    print(f"{'model':<40} " + " ".join(f"{k:>10}" for k in (*OUTCOMES, "answer_logp", "answer_argmax")))
+    print(
+        f"{'model':<40} " + " ".join(f"{k:>10}" for k in (*OUTCOMES, "answer_logp", "answer_argmax", "copy_accuracy"))
+    )
     for model in args.models:
-        r = evaluate(model, rows, cfg, executor)
-        se = math.sqrt(r["correct"] * (1 - r["correct"]) / len(rows))
-        cells = " ".join(f"{r[k]:>10.3f}" for k in (*OUTCOMES, "answer_logp", "answer_argmax"))
-        print(f"{model[-40:]:<40} {cells}   (correct +- {se:.3f} s.e.)")
+        r = evaluate(model, rows, cfg, executor, args.sign_noise)
+        right = r["copied"] + r["guessed"]
+        se = math.sqrt(right * (1 - right) / len(rows))
+        cells = " ".join(f"{r[k]:>10.3f}" for k in (*OUTCOMES, "answer_logp", "answer_argmax", "copy_accuracy"))
+        print(f"{model[-40:]:<40} {cells}   (right {right:.3f} +- {se:.3f} s.e.)")
 
 
 if __name__ == "__main__":

@@ -204,10 +204,11 @@ def test_math_tool_env_rewards_exact_answers():
 def test_math_tool_episode_outcomes(tok):
     """Each way an episode can go is told apart (what benchmarks/math_tool_dip.py counts)."""
     scripts = {
-        "correct": ["<tool>print(37*48)</tool>", "1776" + EOS],
+        "copied": ["<tool>print(37*48)</tool>", "1776" + EOS],
+        "guessed": ["1776" + EOS],
         "miscopied": ["<tool>print(37*48)</tool>", "1766" + EOS],
         "wrong_code": ["<tool>print(37*43)</tool>", "1591" + EOS],
-        "no_tool": ["1766" + EOS],
+        "wrong_guess": ["1766" + EOS],
         "unfinished": ["<tool>print(37*48)</tool>", "<tool>print(1)</tool>", "<tool>print(2)</tool>"],
     }
     row = {"prompt": "What is 37*48? You may run Python in <tool>...</tool>.", "ground_truth": "1776"}
