@@ -39,37 +39,57 @@ from relay.tools.parsers import get_parser  # noqa: E402
 CONFIG = Path(__file__).resolve().parents[1] / "configs/math_tool.yaml"
 
 
-def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float, float]:
-    """Teacher-forced correct episodes (the right tool call and its result): mean log p of the
-    answer tokens (EOS included), the share of them that are the argmax, and the share of rows
-    whose whole answer is (greedy copy accuracy: held-out accuracy if every call were right)."""
-    fmt = ChatFormat(engine.tokenizer)
-    logps, argmax_hits, rows_right = [], [], []
+def teacher_forced(tokenizer, rows: list[dict]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """Each row's right episode (the right tool call, its result, the exact answer) as the agent
+    loop lays it out: prompt ids, response ids, loss masks."""
+    fmt = ChatFormat(tokenizer)
+    out = [], [], []
     for row in rows:
         expr = row["prompt"].split("What is ")[1].split("?")[0]
         truth = row["ground_truth"]
-        episode = ScriptedEpisode(
-            [{"role": "user", "content": row["prompt"]}],
-            [
-                ScriptedTurn(f"<tool>print({expr})</tool>", eos=False, observation=f"\n<result>\n{truth}\n</result>\n"),
-                ScriptedTurn(truth),
-            ],
-        )
-        prompt, response, mask = encode_scripted(fmt, episode)
-        ids = torch.tensor([prompt + response])
-        with torch.no_grad():
-            logits = engine.model(input_ids=ids).logits[0].float()
-        logp = torch.log_softmax(logits, -1)
-        # the answer: the model tokens after the last observation token
-        last_obs = max(i for i, m in enumerate(mask) if m == 0)
+        call = ScriptedTurn(f"<tool>print({expr})</tool>", eos=False, observation=f"\n<result>\n{truth}\n</result>\n")
+        episode = ScriptedEpisode([{"role": "user", "content": row["prompt"]}], [call, ScriptedTurn(truth)])
+        for part, ids in zip(out, encode_scripted(fmt, episode)):
+            part.append(ids)
+    return out
+
+
+def answer_start(mask: list[int]) -> int:
+    """Where the final answer starts: after the last observation token."""
+    return max(i for i, m in enumerate(mask) if m == 0) + 1
+
+
+@torch.no_grad()
+def answer_likelihood(engine: HFEngine, rows: list[dict]) -> tuple[float, float, float]:
+    """Teacher-forced right episodes: mean log p of the answer tokens (EOS included), the share of
+    them that are the argmax, and the share of rows whose whole answer is (greedy copy accuracy:
+    the held-out accuracy if every tool call were right)."""
+    logps, argmax_hits, rows_right = [], [], []
+    for prompt, response, mask in zip(*teacher_forced(engine.tokenizer, rows)):
+        logp = torch.log_softmax(engine.model(input_ids=torch.tensor([prompt + response])).logits[0].float(), -1)
         hits = []
-        for i in range(last_obs + 1, len(response)):
+        for i in range(answer_start(mask), len(response)):
             pos = len(prompt) + i - 1  # the column that predicts response token i
             logps.append(logp[pos, response[i]].item())
             hits.append(float(logp[pos].argmax().item() == response[i]))
         argmax_hits += hits
         rows_right.append(float(all(hits)))
     return statistics.fmean(logps), statistics.fmean(argmax_hits), statistics.fmean(rows_right)
+
+
+def agent_loop(engine: HFEngine, cfg, executor: ToolExecutor) -> AgentLoop:
+    """The driver's agent loop for math_tool, in this process: its limits, parser, sandbox and env."""
+    envs = EnvRunner(MathToolEnv)
+    return AgentLoop(
+        engine,
+        engine.tokenizer,
+        AgentLimits.from_config(cfg),
+        parser=get_parser(cfg.tools.parser),
+        run_tools=executor.run_batch,
+        env_reset=envs.reset,
+        env_step=envs.step,
+        env_close=envs.close,
+    )
 
 
 def add_sign_noise(model: torch.nn.Module, size: float, seed: int) -> None:
@@ -86,17 +106,7 @@ def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor, sign_noi
     engine = HFEngine(str(path))
     if sign_noise:
         add_sign_noise(engine.model, sign_noise, seed=0)
-    envs = EnvRunner(MathToolEnv)
-    loop = AgentLoop(
-        engine,
-        engine.tokenizer,
-        AgentLimits.from_config(cfg),
-        parser=get_parser(cfg.tools.parser),
-        run_tools=executor.run_batch,
-        env_reset=envs.reset,
-        env_step=envs.step,
-        env_close=envs.close,
-    )
+    loop = agent_loop(engine, cfg, executor)
     samples = loop.run(rows, SamplingParams(n=1, temperature=0.0, max_tokens=cfg.rollout.max_new_tokens, seed=0))
     counts = {k: 0 for k in OUTCOMES}
     for s in samples:
