@@ -1,6 +1,6 @@
 """math_tool's greedy held-out accuracy before and after training, by seed, with what the episodes did.
 
-    python benchmarks/math_tool_dip.py --label shipped [--seeds 0 1 2] [--rows 256] [key=value ...]
+    python benchmarks/math_tool_dip.py --label NAME [--seeds 0 1 2] [--rows 256] [key=value ...]
     python benchmarks/math_tool_dip.py --summary-only [--out DIR]
 
 Each seed trains configs/math_tool.yaml (with the given overrides) in this process, one run at a
@@ -114,7 +114,7 @@ def summarize(results: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
-    parser.add_argument("--label", default="shipped")
+    parser.add_argument("--label", default="config", help="names the runs and groups them in the summary")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rows", type=int, default=256, help="held-out rows (task.num_eval_rows)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "math_tool_dip")
