@@ -40,6 +40,28 @@ def math_tool_reward(sample, env=None) -> float:
     return 1.0 if answer is not None and answer == str(sample.ground_truth) else 0.0
 
 
+OUTCOMES = ("copied", "guessed", "miscopied", "wrong_code", "wrong_guess", "unfinished")
+
+
+def episode_outcome(sample) -> str:
+    """What an episode did, for reading a run (benchmarks/math_tool_dip.py); the first two are right:
+    copied       the tool printed the product and the final answer is it;
+    guessed      a direct answer (no tool call) that is the product;
+    miscopied    the tool printed the product and the final answer differs from it;
+    wrong_code   the tool ran, but never printed the product (wrong operands, an error);
+    wrong_guess  a direct answer that is wrong;
+    unfinished   no final answer (turn, token or tool-turn limits)."""
+    truth = str(sample.ground_truth)
+    if not (sample.meta.get("env") or {}).get("actions"):
+        return "unfinished"
+    right = parse_answer(sample.final_text) == truth
+    if not sample.tool_calls:
+        return "guessed" if right else "wrong_guess"
+    if f"<result>\n{truth}\n</result>" not in sample.response_text:
+        return "wrong_code"  # a right answer here came from the model, not the tool: still counted as wrong code
+    return "copied" if right else "miscopied"
+
+
 class MathToolEnv:
     """One question; the first turn without a tool call is the answer (reward 1 if exact, done)."""
 

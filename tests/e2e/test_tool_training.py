@@ -70,15 +70,15 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
     rewards = [s.reward for s in samples]
     assert set(rewards) <= {0.0, 1.0} and sum(rewards) > 0
     assert all(s.reward == sum(s.meta["env"]["rewards"]) for s in samples)
-    # RL at work: direct guesses are never rewarded, so the policy calls the tool more often.
-    # (Reward rises too over the config's 30 steps, 0.40 -> 0.53 in docs/benchmarks/agent_tasks.md; over 12 steps
-    # it is within noise on a ~1M-parameter model, so it is reported, not asserted.)
+    # RL at work: wrong direct guesses are never rewarded, so the policy calls the tool more often
+    # (0.76 -> 0.82 over the first and last 4 of 12 steps at seed 0). Reward stays within noise, over
+    # 12 steps and the config's 30 (docs/benchmarks/agent_tasks.md), so it is reported, not asserted.
     per_step = [statistics.fmean(s.reward for s in batch) for batch in batches]
     calls_first = statistics.fmean(len(s.tool_calls) for batch in batches[:4] for s in batch)
     calls_last = statistics.fmean(len(s.tool_calls) for batch in batches[-4:] for s in batch)
     print(
         f"reward {statistics.fmean(per_step[:4]):.3f} -> {statistics.fmean(per_step[-4:]):.3f}; "
         f"tool calls per episode {calls_first:.2f} -> {calls_last:.2f}; "
-        f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}"
+        f"held-out success {summary['success_rate_before']:.3f} -> {summary['success_rate_after']:.3f}"
     )
     assert calls_last > calls_first

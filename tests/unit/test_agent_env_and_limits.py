@@ -12,7 +12,7 @@ from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.engines.base import SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.chat import ChatFormat, encode_scripted
-from relay.envs.math_tool import MathToolEnv
+from relay.envs.math_tool import OUTCOMES, MathToolEnv, episode_outcome
 from relay.envs.textgame import WEAPONS, TextGameEnv
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.tools.parsers import get_parser
@@ -199,3 +199,32 @@ def test_math_tool_env_rewards_exact_answers():
 
 
 # ----------------------------------------------------------------------------------- the real engine
+
+
+def test_math_tool_episode_outcomes(tok):
+    """Each way an episode can go is told apart (what benchmarks/math_tool_dip.py counts)."""
+    scripts = {
+        "copied": ["<tool>print(37*48)</tool>", "1776" + EOS],
+        "guessed": ["1776" + EOS],
+        "miscopied": ["<tool>print(37*48)</tool>", "1766" + EOS],
+        "wrong_code": ["<tool>print(37*43)</tool>", "1591" + EOS],
+        "wrong_guess": ["1766" + EOS],
+        "unfinished": ["<tool>print(37*48)</tool>", "<tool>print(1)</tool>", "<tool>print(2)</tool>"],
+    }
+    row = {"prompt": "What is 37*48? You may run Python in <tool>...</tool>.", "ground_truth": "1776"}
+    for expected, turns in scripts.items():
+        engine = ScriptedEngine(tok, lambda turn, text, turns=turns: turns[min(turn, len(turns) - 1)])
+        runner = EnvRunner(MathToolEnv)
+        loop = AgentLoop(
+            engine,
+            tok,
+            AgentLimits(max_turns=3, max_tool_turns=2, max_tokens_per_turn=32),
+            parser=get_parser("tag"),
+            run_tools=calculator,
+            env_reset=runner.reset,
+            env_step=runner.step,
+            env_close=runner.close,
+        )
+        [sample] = loop.run([row], SamplingParams(seed=0), n=1)
+        assert episode_outcome(sample) == expected, (expected, sample.response_text)
+    assert set(scripts) == set(OUTCOMES)
