@@ -3,12 +3,12 @@ learner (its model, micro-batching, rank group and checkpoints), with the held-o
 run before it, after it and after RL. SFT then RL is how a model that never calls a tool is
 brought to call it often enough for RL to have something to reinforce.
 
-Demonstrations are chat conversations: the task's own (`sft.data: task`, the environment class's
-`demonstrations(n, seed)`) or a JSONL file of `{"messages": [...]}` rows in the OpenAI layout
-(system / user / assistant / tool). The loss is the mean negative log-likelihood of the assistant
-turns' tokens (with their end-of-turn token); everything else is context. Each episode is laid
-out token for token as the agent loop lays out a rollout, so SFT teaches exactly the tokens RL
-then samples.
+Demonstrations are chat conversations: the task's own (`sft.data: task`: the built-in chat_tool's,
+or a task.env class's `demonstrations(rows)`) or a JSONL file of `{"messages": [...]}` rows in
+the OpenAI layout (system / user / assistant / tool). The loss is the mean negative log-likelihood
+of the assistant turns' tokens (with the end-of-turn token where the model writes one); everything
+else is context. Each episode is laid out token for token as the agent loop lays out a rollout, so
+SFT teaches exactly the tokens RL then samples.
 """
 
 from __future__ import annotations
