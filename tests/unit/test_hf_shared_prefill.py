@@ -21,6 +21,13 @@ from relay.models.tiny import encode_chat
 N = 4  # samples per prompt
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Bit-identical holds on one thread; torch's thread count is process-wide and other tests'
+    engine threads set it too, so each test sets it again."""
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="module")
 def engines(tiny_model_path):
     """(sharing, not sharing) around one module."""
