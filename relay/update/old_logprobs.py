@@ -19,6 +19,7 @@ from relay.update.fsdp import share_rows
 from relay.update.policy import compute_logprobs
 
 LOGPROB_DIFF_MAX = "rollout/logprob_diff_max"  # |rollout - old| on model tokens, largest over the batch
+LOGPROB_DIFF_MEAN = "rollout/logprob_diff_mean"  # |rollout - old| on model tokens, mean over the batch
 
 
 def old_logprobs_before_update(model, batch: Batch, temperature: float, sharded: bool) -> torch.Tensor:
@@ -39,17 +40,22 @@ def old_logprob_stats(old: torch.Tensor, micro: Batch, kl_estimator: str) -> dic
     engine/learner gap, and (with reference logprobs) the KL sum over its model tokens."""
     mask = micro.loss_mask
     with torch.no_grad():
-        stats = {"logprob_diff_max": float(((micro.rollout_logprobs - old).abs() * mask).max())}
+        gap = (micro.rollout_logprobs - old).abs() * mask
+        stats = {"logprob_diff_max": float(gap.max()), "logprob_diff_sum": float(gap.sum())}
+        stats["model_tokens_sum"] = float(mask.sum())
         if micro.ref_logprobs is not None:
             kl = kl_penalty(old, micro.ref_logprobs, kl_estimator)
-            stats |= {"kl_ref_sum": float((kl * mask).sum()), "loss_tokens_sum": float(mask.sum())}
+            stats["kl_ref_sum"] = float((kl * mask).sum())
     return stats
 
 
 def old_logprob_metrics(actor_metrics: dict[str, float]) -> dict[str, float]:
     """Take the reduced stats out of the update's metrics as the step's metrics."""
-    out = {LOGPROB_DIFF_MAX: actor_metrics.pop("logprob_diff_max")} if "logprob_diff_max" in actor_metrics else {}
+    if "logprob_diff_max" not in actor_metrics:
+        return {}
+    tokens = actor_metrics.pop("model_tokens_sum")
+    out = {LOGPROB_DIFF_MAX: actor_metrics.pop("logprob_diff_max")}
+    out[LOGPROB_DIFF_MEAN] = actor_metrics.pop("logprob_diff_sum") / tokens if tokens else 0.0
     if "kl_ref_sum" in actor_metrics:
-        kl_sum, tokens = actor_metrics.pop("kl_ref_sum"), actor_metrics.pop("loss_tokens_sum")
-        out[KL_MEAN] = kl_sum / tokens if tokens else 0.0
+        out[KL_MEAN] = actor_metrics.pop("kl_ref_sum") / tokens if tokens else 0.0
     return out

@@ -52,6 +52,7 @@ def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_mod
             assert together[key] == pytest.approx(separate[key], rel=1e-5, abs=1e-7), key
         # the engine's logprobs are the trained module's own: the rollout/learner gap is float noise
         assert together["rollout/logprob_diff_max"] < 1e-5
+        assert 0 <= together["rollout/logprob_diff_mean"] <= together["rollout/logprob_diff_max"]
         for (name, p), q in zip(colocated.learner.model.named_parameters(), learner.model.parameters()):
             assert torch.allclose(p, q, atol=1e-6), name
 

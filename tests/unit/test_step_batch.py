@@ -66,7 +66,14 @@ def test_the_learner_trains_on_samples_as_on_the_batch_the_driver_built(tiny_mod
         got = ours.update(samples, kl_coef=0.0)
         batch, _ = driver_batch(samples, cfg.algorithm)
         want = theirs.update(batch)
-        for key in ("actor/loss", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "rollout/logprob_diff_max"):
+        for key in (
+            "actor/loss",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "actor/entropy",
+            "rollout/logprob_diff_max",
+            "rollout/logprob_diff_mean",
+        ):
             assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-6), key
         # the metrics the driver read from its batch come back with the update
         assert got[REWARD_MEAN] == batch.rewards.mean().item()
