@@ -38,14 +38,22 @@ class ColocatedWorker(RelayActor):
     learner, worker = None, None
 
     def __init__(
-        self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
+        self,
+        cfg: Config,
+        model_path: str,
+        num_threads: int,
+        env_pool=None,
+        tool_executors: list | None = None,
+        endpoint_token: str | None = None,
     ):
         self.learner = Learner(PolicySettings.of(cfg), model_path, num_threads)  # eval mode: dropout off
         m = cfg.model
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
         cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)
         engine = cls.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
-        self.worker = RolloutWorker(cfg, model_path, 0, num_threads, env_pool, tool_executors, engine=engine)
+        self.worker = RolloutWorker(
+            cfg, model_path, 0, num_threads, env_pool, tool_executors, endpoint_token, engine=engine
+        )
         cuda = self.learner.device.type == "cuda"
         self.rng_devices = [self.learner.device] if cuda else []
 

@@ -20,9 +20,7 @@ its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-import secrets
 import threading
 import time
 import uuid
@@ -31,6 +29,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from relay.endpoint.auth import authorized, new_token
 from relay.endpoint.batcher import GenerateQueue
 from relay.endpoint.episodes import Call, Choice, EpisodeRecord, before_stop
 from relay.endpoint.protocol import (
@@ -66,11 +65,12 @@ class EndpointServer:
         token: str | None = None,
     ):
         """max_tokens: a call's token limit in an episode, and the default elsewhere; max_total_tokens:
-        an episode chain's response tokens (rollout.max_total_tokens)."""
+        an episode chain's response tokens (rollout.max_total_tokens); token: the run's bearer token
+        (relay/endpoint/auth.py), or None for a random one of this server's own."""
         self.engine, self.tokenizer = engine, engine.tokenizer
         self.parser, self.model_name = get_parser(parser), model_name
         self.max_tokens, self.max_total_tokens = max_tokens, max_total_tokens
-        self.token = token or secrets.token_urlsafe(24)
+        self.token = token or new_token()
         self.episodes: dict[str, EpisodeRecord] = {}
         self.records_lock = threading.Lock()
         self.formats: dict[str, ChatFormat] = {}
@@ -169,9 +169,7 @@ class EndpointServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        got = request.headers.get("Authorization", "")
-        scheme, _, key = got.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.token.encode()):
+        if not authorized(request.headers.get("Authorization", ""), self.token):
             raise ApiError(
                 401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key"
             )
