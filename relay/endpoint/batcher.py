@@ -3,9 +3,9 @@
 Episodes run concurrently and each sends one request at a time, so the engine is called with a
 batch: the queue is taken once every live episode has a request waiting, or `wait_s` after the
 last request arrived (no episode is held up longer than that by a slower one). Requests with
-the same sampling settings share one `engine.generate`; their token limits may differ: the call
-runs to the largest, and each completion is cut to its own (a prefix of a sample is a sample:
-its tokens and logprobs stay exact). In-episode requests carry the rollout's seed, varied per
+the same sampling settings share one `engine.generate`; their token limits and numbers of top
+logprobs may differ: the call runs to the largest of each, and each completion is cut to its own
+(a prefix of a sample is a sample: its tokens and logprobs stay exact). In-episode requests carry the rollout's seed, varied per
 batch as the agent loop varies it per turn, so a rollout stays reproducible where its batches are.
 """
 
@@ -95,7 +95,12 @@ class GenerateQueue:
         seed = first.sampling.seed
         if first.vary_seed and seed is not None:
             seed = (seed + 100_003 * self.batches) % 2**31
-        sampling = replace(first.sampling, max_tokens=max(i.sampling.max_tokens for i in items), seed=seed)
+        sampling = replace(
+            first.sampling,
+            max_tokens=max(i.sampling.max_tokens for i in items),
+            top_logprobs=max(i.sampling.top_logprobs for i in items),  # asking for them changes no token
+            seed=seed,
+        )
         self.batches += 1
         try:
             with self.lock:
@@ -106,11 +111,14 @@ class GenerateQueue:
                 item.future.set_exception(e)
             return
         for item, completions in zip(items, out):
-            item.future.set_result(([cut(c, item.sampling.max_tokens) for c in completions], version))
+            s = item.sampling
+            item.future.set_result(([cut(c, s.max_tokens, s.top_logprobs) for c in completions], version))
 
 
-def cut(c: Completion, max_tokens: int) -> Completion:
+def cut(c: Completion, max_tokens: int, top_k: int = 0) -> Completion:
+    """One request's share of a shared call's completion: its tokens and its alternatives."""
+    top = None if not top_k or c.top_logprobs is None else [alts[:top_k] for alts in c.top_logprobs[:max_tokens]]
     if len(c.token_ids) <= max_tokens:
-        return c
+        return replace(c, top_logprobs=top)
     versions = None if c.versions is None else c.versions[:max_tokens]
-    return Completion(c.token_ids[:max_tokens], c.logprobs[:max_tokens], "length", versions)
+    return Completion(c.token_ids[:max_tokens], c.logprobs[:max_tokens], "length", versions, top)

@@ -36,7 +36,9 @@ from relay.endpoint.protocol import (
     ApiError,
     ChatRequest,
     CompletionRequest,
-    logprob_entries,
+    TokenTexts,
+    chat_logprobs,
+    completion_logprobs,
     normal_message,
     parse_request,
     template_message,
@@ -201,6 +203,10 @@ class EndpointServer:
         return self.formats[key]
 
     def _sampling(self, req, record: EpisodeRecord | None, room: int, prompt_len: int) -> SamplingParams:
+        k, most = req.alternatives, getattr(self.engine, "max_top_logprobs", 0)
+        if k > most:  # engines without alternatives (sglang, scripted test engines) have none to give
+            field = req.alternatives_field
+            raise ApiError(400, f"{field}: this endpoint's engine gives at most {most} alternatives per token", field)
         limit = req.token_limit
         context = getattr(self.tokenizer, "model_max_length", None)
         if isinstance(context, int) and context < 10**7:  # a real limit (tokenizers without one say 1e30)
@@ -222,6 +228,7 @@ class EndpointServer:
                 max_tokens=limit or self.max_tokens,
                 stop=tuple(req.stop),
                 seed=req.seed,
+                top_logprobs=k,
             )
         if room < 1:
             raise ApiError(
@@ -231,7 +238,8 @@ class EndpointServer:
             )
         s = record.sampling
         cap = min(self.max_tokens, room)
-        return replace(s, n=req.n, max_tokens=min(limit or cap, cap), stop=tuple(dict.fromkeys((*req.stop, *s.stop))))
+        stop = tuple(dict.fromkeys((*req.stop, *s.stop)))
+        return replace(s, n=req.n, max_tokens=min(limit or cap, cap), stop=stop, top_logprobs=k)
 
     async def _generate(self, prompt: list[int], sampling: SamplingParams, in_episode: bool):
         return await asyncio.wrap_future(self.queue.submit(prompt, sampling, in_episode))
@@ -261,7 +269,7 @@ class EndpointServer:
             drift = None if parent is None else record.drifts(prompt, fmt, render)
             with self.records_lock:
                 record.calls.append(Call(prompt, parent, "chat", choices, messages=messages, tools=tools, drift=drift))
-        wire = []
+        wire, texts = [], TokenTexts(self.tokenizer)
         for i, (c, choice) in enumerate(zip(completions, choices)):
             message = {"role": "assistant", "content": choice.message["content"]}
             finish = c.finish_reason
@@ -269,7 +277,7 @@ class EndpointServer:
                 message["tool_calls"] = wire_tool_calls(calls, [f"call_{uuid.uuid4().hex[:24]}" for _ in calls])
                 message["content"] = choice.message["content"] or None
                 finish = "tool_calls"
-            logprobs = {"content": logprob_entries(self.tokenizer, c.token_ids, c.logprobs)} if req.logprobs else None
+            logprobs = chat_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs) if req.logprobs else None
             wire.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
         return self._reply("chatcmpl", "chat.completion", wire, prompt, completions)
 
@@ -320,7 +328,7 @@ class EndpointServer:
         room = record.room(parent, prompt) if record else UNBOUNDED
         sampling = self._sampling(req, record, room, len(prompt))
         completions, version = await self._generate(prompt, sampling, record is not None)
-        choices, wire = [], []
+        choices, wire, texts = [], [], TokenTexts(self.tokenizer)
         for i, c in enumerate(completions):
             text, extra = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)
             choices.append(
@@ -328,14 +336,7 @@ class EndpointServer:
             )
             logprobs = None
             if req.logprobs is not None:
-                tokens = [self.tokenizer.decode([t]) for t in c.token_ids]
-                offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
-                logprobs = {
-                    "tokens": tokens,
-                    "token_logprobs": list(c.logprobs),
-                    "top_logprobs": None,
-                    "text_offset": offsets,
-                }
+                logprobs = completion_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs)
             wire.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason})
         if record is not None:
             text = prompt_in if isinstance(prompt_in, str) else None
