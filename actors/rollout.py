@@ -27,6 +27,7 @@ from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
+from relay.endpoint.fence import FencedEngine
 from relay.endpoint.rollout import AgentRollout
 from relay.endpoint.server import EndpointServer
 from relay.engines import make_engine
@@ -73,6 +74,9 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.cfg, self.index = cfg, worker_index
         # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
+        serves = cfg.endpoint.enabled or cfg.task.agent
+        if serves:  # the endpoint's requests, the agent loop and weight loads take turns (relay/endpoint/fence.py)
+            self.engine = FencedEngine(self.engine)
         self.tokenizer = self.engine.tokenizer
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
@@ -87,7 +91,6 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         # endpoint.enabled or task.agent: /v1 served from this engine (relay/endpoint/server.py)
-        serves = cfg.endpoint.enabled or cfg.task.agent
         self.endpoint = start_endpoint(cfg, self.engine, model_path, endpoint_token) if serves else None
         self.agent = self._agent(env_pool, tool_executors or [])
         self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))

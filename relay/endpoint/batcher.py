@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from relay.endpoint.fence import fenced
 from relay.engines.base import Completion, Engine, SamplingParams
 
 MAX_WAIT_WINDOWS = 20  # a steady trickle of requests cannot hold a batch back longer than this many windows
@@ -35,8 +36,8 @@ class Pending:
 class GenerateQueue:
     def __init__(self, engine: Engine, wait_s: float, waiting_for: Callable[[], int]):
         """`waiting_for()`: how many requests a full batch has (the live episodes; 1 when none)."""
-        self.engine, self.wait_s, self.waiting_for = engine, wait_s, waiting_for
-        self.lock = threading.Lock()  # held around every engine call this queue makes
+        # every engine call holds the engine's fence: no weight load under it (relay/endpoint/fence.py)
+        self.engine, self.wait_s, self.waiting_for = fenced(engine), wait_s, waiting_for
         self.cv = threading.Condition()
         self.queue: list[Pending] = []
         self.closed = False
@@ -103,7 +104,7 @@ class GenerateQueue:
         )
         self.batches += 1
         try:
-            with self.lock:
+            with self.engine.fence.generating():  # the version read is the one the call generates with
                 version = self.engine.weight_version
                 out = self.engine.generate([i.prompt for i in items], sampling)
         except Exception as e:  # every request of the call gets the error (a 500 naming it)

@@ -14,7 +14,9 @@ naming the field; a failure inside relay is a 500 with one line; never a traceba
 Inside an episode the rollout's sampling applies (rollout.temperature, top_p, top_k, seed; greedy
 in evaluations), whatever the request asks: the learner scores the tokens under that policy.
 A request's own settings apply to calls outside episodes. The aiohttp server runs on a thread of
-its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py).
+its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py), behind the engine's
+fence (relay/endpoint/fence.py): no request is generated while weights load, and every reply says
+which weights generated it (`weight_version` in the body, the x-relay-weight-version header).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from aiohttp import web
 from relay.endpoint.auth import authorized, new_token
 from relay.endpoint.batcher import GenerateQueue
 from relay.endpoint.episodes import Call, Choice, EpisodeRecord, before_stop
+from relay.endpoint.fence import fenced
 from relay.endpoint.protocol import (
     ApiError,
     ChatRequest,
@@ -49,6 +52,7 @@ from relay.envs.chat import ChatFormat
 from relay.tools.parsers import get_parser
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+WEIGHT_VERSION_HEADER = "x-relay-weight-version"  # on every generated reply: the weights that generated it
 UNBOUNDED = 2**31  # the token room of a request outside episodes (the model's context still bounds it)
 
 
@@ -69,7 +73,7 @@ class EndpointServer:
         """max_tokens: a call's token limit in an episode, and the default elsewhere; max_total_tokens:
         an episode chain's response tokens (rollout.max_total_tokens); token: the run's bearer token
         (relay/endpoint/auth.py), or None for a random one of this server's own."""
-        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.engine, self.tokenizer = fenced(engine), engine.tokenizer  # weight loads go through engine.fence
         self.parser, self.model_name = get_parser(parser), model_name
         self.max_tokens, self.max_total_tokens = max_tokens, max_total_tokens
         self.token = token or new_token()
@@ -77,7 +81,7 @@ class EndpointServer:
         self.records_lock = threading.Lock()
         self.formats: dict[str, ChatFormat] = {}
         self.requests = 0  # answered requests (200s), for __repr__-style reporting
-        self.queue = GenerateQueue(engine, batch_wait_s, self._waiting_for)
+        self.queue = GenerateQueue(self.engine, batch_wait_s, self._waiting_for)
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -279,7 +283,7 @@ class EndpointServer:
                 finish = "tool_calls"
             logprobs = chat_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs) if req.logprobs else None
             wire.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions)
+        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions, version)
 
     def _chat_choice(self, c, stops: tuple[str, ...], parse: bool, version: int) -> Choice:
         text, _ = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops)
@@ -342,9 +346,13 @@ class EndpointServer:
             text = prompt_in if isinstance(prompt_in, str) else None
             with self.records_lock:
                 record.calls.append(Call(prompt, parent, "completion", choices, prompt_text=text))
-        return self._reply("cmpl", "text_completion", wire, prompt, completions)
+        return self._reply("cmpl", "text_completion", wire, prompt, completions, version)
 
-    def _reply(self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions) -> web.Response:
+    def _reply(
+        self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions, version: int
+    ) -> web.Response:
+        """The reply, with the weight version that generated it: a body field (the openai client
+        keeps unknown fields: `reply.weight_version`) and the x-relay-weight-version header."""
         self.requests += 1
         produced = sum(len(c.token_ids) for c in completions)
         return web.json_response(
@@ -359,5 +367,7 @@ class EndpointServer:
                     "completion_tokens": produced,
                     "total_tokens": len(prompt) + produced,
                 },
-            }
+                "weight_version": version,
+            },
+            headers={WEIGHT_VERSION_HEADER: str(version)},
         )
