@@ -215,3 +215,24 @@ def test_rollout_partial_loads_staged_weights_inside_its_own_fenced_generate(tin
         assert any(1 in s.token_versions for s in samples)
     finally:
         worker.endpoint.shutdown()
+
+
+def test_a_colocated_worker_holds_the_fence_while_the_learner_uses_the_module(tiny_model_path):
+    """resources.colocate: the engine generates from the learner's own module, which an update
+    changes in place: an outside request waits for the update and names its version."""
+    from actors.colocated import ColocatedWorker
+    from relay.config import load_config
+
+    cfg = load_config(None, ["resources.colocate=true", "endpoint.enabled=true", "endpoint.host=127.0.0.1"])
+    worker = ColocatedWorker(cfg, tiny_model_path, 1, endpoint_token="k")
+    server = worker.worker.endpoint
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        with ThreadPoolExecutor(1) as threads:
+            with worker.module_in_use():  # as update() holds it
+                reply = threads.submit(client.completions.create, model="m", prompt="12+34=", max_tokens=2)
+                assert server.engine.fence.wait_until(lambda f: f.generates_waiting == 1)
+                worker.use_trained_weights(4)
+            assert reply.result(WAIT_S).weight_version == 4
+    finally:
+        server.shutdown()
