@@ -15,6 +15,7 @@ one learner actor (relay/config/validate.py says so, naming the key, before any 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from actors.plumbing import RelayActor
 from actors.rollout import RolloutWorker, peak_rss_mb
 from relay.config import Config
 from relay.config.role_settings import PolicySettings
+from relay.endpoint.fence import FencedEngine
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
@@ -38,14 +40,22 @@ class ColocatedWorker(RelayActor):
     learner, worker = None, None
 
     def __init__(
-        self, cfg: Config, model_path: str, num_threads: int, env_pool=None, tool_executors: list | None = None
+        self,
+        cfg: Config,
+        model_path: str,
+        num_threads: int,
+        env_pool=None,
+        tool_executors: list | None = None,
+        endpoint_token: str | None = None,
     ):
         self.learner = Learner(PolicySettings.of(cfg), model_path, num_threads)  # eval mode: dropout off
         m = cfg.model
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
         cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)
         engine = cls.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
-        self.worker = RolloutWorker(cfg, model_path, 0, num_threads, env_pool, tool_executors, engine=engine)
+        self.worker = RolloutWorker(
+            cfg, model_path, 0, num_threads, env_pool, tool_executors, endpoint_token, engine=engine
+        )
         cuda = self.learner.device.type == "cuda"
         self.rng_devices = [self.learner.device] if cuda else []
 
@@ -75,11 +85,19 @@ class ColocatedWorker(RelayActor):
 
     # -- training: the Learner's calls
 
+    def module_in_use(self):
+        """Around the learner's calls on the shared module: with an endpoint served, no request is
+        generated from it while it trains or is read (its weights change in place; a LoRA reference
+        turns the adapters off) and the version is retagged (relay/endpoint/fence.py)."""
+        engine = self.worker.engine
+        return engine.fence.loading_weights() if isinstance(engine, FencedEngine) else contextlib.nullcontext()
+
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
         """The learner's update; the weight sync is part of it: the engine's weights are the
         learner's own, tagged with the learner's version (the driver's sync makes no call)."""
-        metrics = self.learner.update(step, **inputs)
-        self.use_trained_weights(self.learner.updates)
+        with self.module_in_use():
+            metrics = self.learner.update(step, **inputs)
+            self.use_trained_weights(self.learner.updates)
         return metrics
 
     def rollout_and_update(
@@ -98,23 +116,27 @@ class ColocatedWorker(RelayActor):
         return samples, rollout_metrics, update_metrics, seconds
 
     def supervised_update(self, samples: list[Sample]) -> dict[str, float]:
-        return self.learner.supervised_update(samples)  # the engine generates from this very module
+        with self.module_in_use():
+            return self.learner.supervised_update(samples)  # the engine generates from this very module
 
     def encode_conversations(self, conversations: list[list[dict]]) -> list[Sample]:
         return self.worker.encode_conversations(conversations)
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
-        return self.learner.compute_logprobs(step)
+        with self.module_in_use():
+            return self.learner.compute_logprobs(step)
 
     def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
-        return self.learner.compute_ref_logprobs(step)
+        with self.module_in_use():
+            return self.learner.compute_ref_logprobs(step)
 
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         return self.learner.state(as_bytes)
 
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
-        self.learner.load_state(groups, meta)
-        self.use_trained_weights(self.learner.updates)
+        with self.module_in_use():
+            self.learner.load_state(groups, meta)
+            self.use_trained_weights(self.learner.updates)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         self.learner.save_hf(folder, tokenizer_path)

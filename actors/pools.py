@@ -21,6 +21,7 @@ from actors.weights import WEIGHT_LANE, broadcast_backend, open_broadcast, open_
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.config.validate_pipeline import is_sharded
+from relay.endpoint.auth import run_token
 from relay.models.check import reward_model_path
 from relay.run.progress import phase
 
@@ -103,14 +104,6 @@ def uses_env_pools(cfg: Config) -> bool:
     """Environments, and rewards marked heavy (task.reward_actor), run on EnvPool actors; a plain
     reward function runs inside the rollout worker that made the samples (no actor, no round trip)."""
     return bool(cfg.task.env) or cfg.task.reward_actor or bool(cfg.task.agent)  # task.agent: the programs run there
-
-
-def one_call_steps(cfg: Config, actors: Actors) -> bool:
-    """resources.colocate with nothing to do between the rollout and the update: no reward model,
-    reference, critic or DAPO, and no environment pool (whose lost shard the driver redoes)."""
-    a = cfg.algorithm
-    between = actors.reward_model or actors.reference or actors.critic or actors.env
-    return actors.colocated and not (between or a.dynamic_sampling or a.overlong_buffer_len)
 
 
 def actor_roles(cfg: Config) -> dict[str, RoleResources]:
@@ -335,8 +328,10 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         # where a restart may not find them once they went out of scope (Ray logs that at error level).
         env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
         tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
+        pool_of = lambda i: env[i % len(env)] if env else None  # noqa: E731  (worker i's EnvPool)
+        token = run_token(cfg)  # one bearer token for every endpoint of the run, restarts included
         if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)
-            make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), env[0] if env else None, tools)  # noqa: E731
+            make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups)[0]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
@@ -345,7 +340,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 "rollout",
                 res.rollout,
                 run_name,
-                lambda i: (cfg, model_path, i, threads(cfg, res.rollout), env[i % len(env)] if env else None, tools),
+                lambda i: (cfg, model_path, i, threads(cfg, res.rollout), pool_of(i), tools, token),
                 groups,
                 rollout_restarts,
                 # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
@@ -383,9 +378,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         }
         with phase(f"starting actors and loading the model ({roles})"):
             ray.get([pg.ready() for pg in groups], timeout=600)  # every role placed (a GetTimeoutError if not)
-            ray.get(
-                [h.__ray_ready__.remote() for h in actors.handles()]
-            )  # constructors done: a failing one raises here
+            ray.get([h.__ray_ready__.remote() for h in actors.handles()])  # constructors done: a failing one raises
         for role in ("learner", "reference", "critic"):
             if isinstance(handle := getattr(actors, role), RankGroup):
                 with phase(f"forming the {role} rank group ({len(handle.ranks)} ranks, FSDP2)"):

@@ -27,6 +27,7 @@ from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
+from relay.endpoint.fence import FencedEngine
 from relay.endpoint.rollout import AgentRollout
 from relay.endpoint.server import EndpointServer
 from relay.engines import make_engine
@@ -62,15 +63,20 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         num_threads: int,
         env_pool=None,
         tool_executors: list | None = None,
+        endpoint_token: str | None = None,
         engine: Engine | None = None,
     ):
         """`env_pool` and `tool_executors`: actor handles, or the actors' names (actors/pools.py),
-        looked up here, so that each restart finds the current actors."""
+        looked up here, so that each restart finds the current actors. `endpoint_token`: the run's
+        bearer token (relay/endpoint/auth.py), by value, so a restarted worker accepts it too."""
         torch.set_num_threads(num_threads)
         env_pool, tool_executors = by_name(env_pool), [by_name(t) for t in tool_executors or []]
         self.cfg, self.index = cfg, worker_index
         # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
         self.engine = engine if engine is not None else make_engine(cfg, model_path)
+        serves = cfg.endpoint.enabled or cfg.task.agent
+        if serves:  # the endpoint's requests, the agent loop and weight loads take turns (relay/endpoint/fence.py)
+            self.engine = FencedEngine(self.engine)
         self.tokenizer = self.engine.tokenizer
         self.episodes_started = 0  # keeps episode ids unique across calls
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
@@ -85,7 +91,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         # endpoint.enabled or task.agent: /v1 served from this engine (relay/endpoint/server.py)
-        self.endpoint = start_endpoint(cfg, self.engine, model_path) if cfg.endpoint.enabled or cfg.task.agent else None
+        self.endpoint = start_endpoint(cfg, self.engine, model_path, endpoint_token) if serves else None
         self.agent = self._agent(env_pool, tool_executors or [])
         self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
 
@@ -334,7 +340,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         return peak_rss_mb()
 
 
-def start_endpoint(cfg: Config, engine: Engine, model_path: str) -> EndpointServer:
+def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | None) -> EndpointServer:
     """The worker's endpoint: on the node's address (loopback for a Ray relay started locally)."""
     e, r = cfg.endpoint, cfg.rollout
     return EndpointServer(
@@ -346,7 +352,7 @@ def start_endpoint(cfg: Config, engine: Engine, model_path: str) -> EndpointServ
         max_tokens=r.max_tokens_per_turn or r.max_new_tokens,
         max_total_tokens=r.max_total_tokens,
         batch_wait_s=e.batch_wait_ms / 1000,
-        token=os.environ.get("RELAY_ENDPOINT_TOKEN"),
+        token=token,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import ray
 
-from actors.pools import one_call_steps
+from actors.pools import Actors
 from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
 from actors.weights import sleep_engines, sync_weights
@@ -202,6 +202,14 @@ class OneCall:
 
     def state_dict(self):
         return None
+
+
+def one_call_steps(cfg: Config, actors: Actors) -> bool:
+    """resources.colocate with nothing to do between the rollout and the update: no reward model,
+    reference, critic or DAPO, and no environment pool (whose lost shard the driver redoes)."""
+    a = cfg.algorithm
+    between = actors.reward_model or actors.reference or actors.critic or actors.env
+    return actors.colocated and not (between or a.dynamic_sampling or a.overlong_buffer_len)
 
 
 def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: int, pipeline: dict | None) -> StepPlan:

@@ -9,7 +9,7 @@ The checks of these keys: relay/config/validate_endpoint.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,7 @@ class EndpointConfig:
     # A batch of requests goes to the engine once every live episode waits on one, or this long
     # after the last request arrived: concurrent episodes share generate calls.
     batch_wait_ms: float = 5.0
+    # The bearer token every endpoint of the run accepts (one per run: relay/endpoint/auth.py).
+    # None: RELAY_ENDPOINT_TOKEN from the driver's environment, else a random one made when the run
+    # starts. A secret: left out of repr and of the config the run writes out (Config.to_dict).
+    token: str | None = field(default=None, repr=False)

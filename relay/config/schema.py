@@ -373,7 +373,11 @@ class Config:
     logging: LoggingConfig = LoggingConfig()
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        out = _plain(dataclasses.asdict(self))
+        # The endpoint's token is a secret: config.yaml and the loggers' copies never hold it. None,
+        # not a placeholder, so that a run started from that file makes a token of its own.
+        out["endpoint"]["token"] = None
+        return out
 
 
 def _plain(x):

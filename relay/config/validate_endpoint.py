@@ -19,6 +19,8 @@ def validate_endpoint(cfg: Config) -> list[str]:
         p.append(f"endpoint.port: must be in [0, 65535] (0: any free port), got {e.port}")
     if not e.batch_wait_ms >= 0:
         p.append(f"endpoint.batch_wait_ms: must be >= 0, got {e.batch_wait_ms}")
+    if e.token is not None and (not e.token or not e.token.isprintable() or any(c.isspace() for c in e.token)):
+        p.append("endpoint.token: must be non-empty printable text without spaces (it is sent as a bearer token)")
     if t.agent is None:
         return p
     if importlib.util.find_spec("openai") is None:

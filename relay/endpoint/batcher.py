@@ -3,9 +3,9 @@
 Episodes run concurrently and each sends one request at a time, so the engine is called with a
 batch: the queue is taken once every live episode has a request waiting, or `wait_s` after the
 last request arrived (no episode is held up longer than that by a slower one). Requests with
-the same sampling settings share one `engine.generate`; their token limits may differ: the call
-runs to the largest, and each completion is cut to its own (a prefix of a sample is a sample:
-its tokens and logprobs stay exact). In-episode requests carry the rollout's seed, varied per
+the same sampling settings share one `engine.generate`; their token limits and numbers of top
+logprobs may differ: the call runs to the largest of each, and each completion is cut to its own
+(a prefix of a sample is a sample: its tokens and logprobs stay exact). In-episode requests carry the rollout's seed, varied per
 batch as the agent loop varies it per turn, so a rollout stays reproducible where its batches are.
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from relay.endpoint.fence import fenced
 from relay.engines.base import Completion, Engine, SamplingParams
 
 MAX_WAIT_WINDOWS = 20  # a steady trickle of requests cannot hold a batch back longer than this many windows
@@ -35,8 +36,8 @@ class Pending:
 class GenerateQueue:
     def __init__(self, engine: Engine, wait_s: float, waiting_for: Callable[[], int]):
         """`waiting_for()`: how many requests a full batch has (the live episodes; 1 when none)."""
-        self.engine, self.wait_s, self.waiting_for = engine, wait_s, waiting_for
-        self.lock = threading.Lock()  # held around every engine call this queue makes
+        # every engine call holds the engine's fence: no weight load under it (relay/endpoint/fence.py)
+        self.engine, self.wait_s, self.waiting_for = fenced(engine), wait_s, waiting_for
         self.cv = threading.Condition()
         self.queue: list[Pending] = []
         self.closed = False
@@ -95,10 +96,15 @@ class GenerateQueue:
         seed = first.sampling.seed
         if first.vary_seed and seed is not None:
             seed = (seed + 100_003 * self.batches) % 2**31
-        sampling = replace(first.sampling, max_tokens=max(i.sampling.max_tokens for i in items), seed=seed)
+        sampling = replace(
+            first.sampling,
+            max_tokens=max(i.sampling.max_tokens for i in items),
+            top_logprobs=max(i.sampling.top_logprobs for i in items),  # asking for them changes no token
+            seed=seed,
+        )
         self.batches += 1
         try:
-            with self.lock:
+            with self.engine.fence.generating():  # the version read is the one the call generates with
                 version = self.engine.weight_version
                 out = self.engine.generate([i.prompt for i in items], sampling)
         except Exception as e:  # every request of the call gets the error (a 500 naming it)
@@ -106,11 +112,14 @@ class GenerateQueue:
                 item.future.set_exception(e)
             return
         for item, completions in zip(items, out):
-            item.future.set_result(([cut(c, item.sampling.max_tokens) for c in completions], version))
+            s = item.sampling
+            item.future.set_result(([cut(c, s.max_tokens, s.top_logprobs) for c in completions], version))
 
 
-def cut(c: Completion, max_tokens: int) -> Completion:
+def cut(c: Completion, max_tokens: int, top_k: int = 0) -> Completion:
+    """One request's share of a shared call's completion: its tokens and its alternatives."""
+    top = None if not top_k or c.top_logprobs is None else [alts[:top_k] for alts in c.top_logprobs[:max_tokens]]
     if len(c.token_ids) <= max_tokens:
-        return c
+        return replace(c, top_logprobs=top)
     versions = None if c.versions is None else c.versions[:max_tokens]
-    return Completion(c.token_ids[:max_tokens], c.logprobs[:max_tokens], "length", versions)
+    return Completion(c.token_ids[:max_tokens], c.logprobs[:max_tokens], "length", versions, top)

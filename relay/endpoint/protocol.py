@@ -2,19 +2,22 @@
 OpenAI's shape, messages in one normal form (what the history check compares), replies.
 
 A request field relay cannot honour exactly (sampling penalties, constrained tool choice,
-streaming, top-k alternatives) is refused with a 400 naming it, never silently ignored: every
-token the endpoint returns must be one the trained policy sampled, with its logprob.
+streaming) is refused with a 400 naming it, never silently ignored: every token the endpoint
+returns must be one the trained policy sampled, with its logprob. Top-k alternatives (chat's
+`top_logprobs`, completions' `logprobs`) come from the distribution the sampled logprob is taken
+from: log_softmax(logits / T) before top-p/top-k truncation, as the learner scores it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_N = 64  # choices per request
 MAX_STOP = 8  # stop strings per request
+MAX_TOP_LOGPROBS = 20  # alternatives per token: OpenAI's limit for chat (vLLM's default max_logprobs)
 
 
 class ApiError(Exception):
@@ -70,16 +73,13 @@ class ChatRequest(_Request):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    alternatives_field: ClassVar[str] = "top_logprobs"  # the field that asks for top-k alternatives
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.top_logprobs:
-            raise ApiError(
-                400,
-                "top_logprobs: only 0 is supported (the engine returns the sampled token's logprob)",
-                "top_logprobs",
-            )
+        if self.top_logprobs and not self.logprobs:  # as OpenAI's own API answers it
+            raise ApiError(400, "top_logprobs: needs logprobs=true", "top_logprobs")
         if self.tool_choice not in (None, "auto", "none"):
             raise ApiError(400, "tool_choice: 'auto' or 'none' (relay does not constrain decoding)", "tool_choice")
         for i, tool in enumerate(self.tools or []):
@@ -91,24 +91,30 @@ class ChatRequest(_Request):
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def alternatives(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else 0
+
 
 class CompletionRequest(_Request):
     prompt: str | list[int] = Field(min_length=1)
-    logprobs: int | None = Field(None, ge=0, le=5)
+    # OpenAI's legacy API takes at most 5; relay takes chat's limit (so does vLLM)
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
+    alternatives_field: ClassVar[str] = "logprobs"
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.logprobs:
-            raise ApiError(
-                400, "logprobs: only 0 is supported (the sampled token's logprob, not alternatives)", "logprobs"
-            )
         if self.echo:
             raise ApiError(400, "echo: not supported", "echo")
 
     @property
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    @property
+    def alternatives(self) -> int:
+        return self.logprobs or 0
 
 
 def parse_request(cls: type[_Request], body: Any) -> _Request:
@@ -183,15 +189,45 @@ def template_message(m: dict) -> dict:
 # ------------------------------------------------------------------------------ replies
 
 
-def logprob_entries(tokenizer, ids: list[int], logprobs: list[float]) -> list[dict]:
-    """Chat logprobs.content: one entry per sampled token, no alternatives."""
-    out = []
-    for t, lp in zip(ids, logprobs):
-        text = tokenizer.decode([t])
-        out.append(
-            {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass")), "top_logprobs": []}
-        )
-    return out
+class TokenTexts(dict):
+    """Token id -> its text, decoded once per reply (k alternatives per token repeat ids a lot)."""
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    def __missing__(self, token: int) -> str:
+        self[token] = text = self.tokenizer.decode([token])
+        return text
+
+
+def chat_logprobs(texts: TokenTexts, ids: list[int], logprobs: list[float], top: list | None) -> dict:
+    """Chat's choices[i].logprobs: one entry per sampled token, each with its alternatives (the
+    k most likely, most likely first; [] when none were asked for)."""
+
+    def entry(token: int, lp: float) -> dict:
+        text = texts[token]
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass"))}
+
+    content = []
+    for j, (t, lp) in enumerate(zip(ids, logprobs)):
+        alternatives = [entry(a, alp) for a, alp in top[j]] if top else []
+        content.append({**entry(t, lp), "top_logprobs": alternatives})
+    return {"content": content}
+
+
+def completion_logprobs(texts: TokenTexts, ids: list[int], logprobs: list[float], top: list | None) -> dict:
+    """Completions' choices[i].logprobs: per token its text, logprob and offset in the text, and
+    with alternatives asked for, a {text: logprob} of the k most likely plus the sampled token (as
+    OpenAI's legacy API and vLLM answer: up to k + 1 entries; tokens of the same text share one)."""
+    tokens = [texts[t] for t in ids]
+    offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
+    alternatives = None
+    if top:
+        alternatives = [
+            {**{texts[a]: alp for a, alp in top[j]}, texts[t]: lp} for j, (t, lp) in enumerate(zip(ids, logprobs))
+        ]
+    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": alternatives, "text_offset": offsets}
 
 
 def wire_tool_calls(calls: list[dict], call_ids: list[str]) -> list[dict]:

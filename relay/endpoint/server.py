@@ -14,15 +14,15 @@ naming the field; a failure inside relay is a 500 with one line; never a traceba
 Inside an episode the rollout's sampling applies (rollout.temperature, top_p, top_k, seed; greedy
 in evaluations), whatever the request asks: the learner scores the tokens under that policy.
 A request's own settings apply to calls outside episodes. The aiohttp server runs on a thread of
-its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py).
+its own; engine calls run on the batcher's thread (relay/endpoint/batcher.py), behind the engine's
+fence (relay/endpoint/fence.py): no request is generated while weights load, and every reply says
+which weights generated it (`weight_version` in the body, the x-relay-weight-version header).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-import secrets
 import threading
 import time
 import uuid
@@ -31,13 +31,17 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from relay.endpoint.auth import authorized, new_token
 from relay.endpoint.batcher import GenerateQueue
 from relay.endpoint.episodes import Call, Choice, EpisodeRecord, before_stop
+from relay.endpoint.fence import fenced
 from relay.endpoint.protocol import (
     ApiError,
     ChatRequest,
     CompletionRequest,
-    logprob_entries,
+    TokenTexts,
+    chat_logprobs,
+    completion_logprobs,
     normal_message,
     parse_request,
     template_message,
@@ -48,6 +52,7 @@ from relay.envs.chat import ChatFormat
 from relay.tools.parsers import get_parser
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+WEIGHT_VERSION_HEADER = "x-relay-weight-version"  # on every generated reply: the weights that generated it
 UNBOUNDED = 2**31  # the token room of a request outside episodes (the model's context still bounds it)
 
 
@@ -66,16 +71,17 @@ class EndpointServer:
         token: str | None = None,
     ):
         """max_tokens: a call's token limit in an episode, and the default elsewhere; max_total_tokens:
-        an episode chain's response tokens (rollout.max_total_tokens)."""
-        self.engine, self.tokenizer = engine, engine.tokenizer
+        an episode chain's response tokens (rollout.max_total_tokens); token: the run's bearer token
+        (relay/endpoint/auth.py), or None for a random one of this server's own."""
+        self.engine, self.tokenizer = fenced(engine), engine.tokenizer  # weight loads go through engine.fence
         self.parser, self.model_name = get_parser(parser), model_name
         self.max_tokens, self.max_total_tokens = max_tokens, max_total_tokens
-        self.token = token or secrets.token_urlsafe(24)
+        self.token = token or new_token()
         self.episodes: dict[str, EpisodeRecord] = {}
         self.records_lock = threading.Lock()
         self.formats: dict[str, ChatFormat] = {}
         self.requests = 0  # answered requests (200s), for __repr__-style reporting
-        self.queue = GenerateQueue(engine, batch_wait_s, self._waiting_for)
+        self.queue = GenerateQueue(self.engine, batch_wait_s, self._waiting_for)
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -169,9 +175,7 @@ class EndpointServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        got = request.headers.get("Authorization", "")
-        scheme, _, key = got.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.token.encode()):
+        if not authorized(request.headers.get("Authorization", ""), self.token):
             raise ApiError(
                 401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key"
             )
@@ -203,6 +207,10 @@ class EndpointServer:
         return self.formats[key]
 
     def _sampling(self, req, record: EpisodeRecord | None, room: int, prompt_len: int) -> SamplingParams:
+        k, most = req.alternatives, getattr(self.engine, "max_top_logprobs", 0)
+        if k > most:  # engines without alternatives (sglang, scripted test engines) have none to give
+            field = req.alternatives_field
+            raise ApiError(400, f"{field}: this endpoint's engine gives at most {most} alternatives per token", field)
         limit = req.token_limit
         context = getattr(self.tokenizer, "model_max_length", None)
         if isinstance(context, int) and context < 10**7:  # a real limit (tokenizers without one say 1e30)
@@ -224,6 +232,7 @@ class EndpointServer:
                 max_tokens=limit or self.max_tokens,
                 stop=tuple(req.stop),
                 seed=req.seed,
+                top_logprobs=k,
             )
         if room < 1:
             raise ApiError(
@@ -233,7 +242,8 @@ class EndpointServer:
             )
         s = record.sampling
         cap = min(self.max_tokens, room)
-        return replace(s, n=req.n, max_tokens=min(limit or cap, cap), stop=tuple(dict.fromkeys((*req.stop, *s.stop))))
+        stop = tuple(dict.fromkeys((*req.stop, *s.stop)))
+        return replace(s, n=req.n, max_tokens=min(limit or cap, cap), stop=stop, top_logprobs=k)
 
     async def _generate(self, prompt: list[int], sampling: SamplingParams, in_episode: bool):
         return await asyncio.wrap_future(self.queue.submit(prompt, sampling, in_episode))
@@ -263,7 +273,7 @@ class EndpointServer:
             drift = None if parent is None else record.drifts(prompt, fmt, render)
             with self.records_lock:
                 record.calls.append(Call(prompt, parent, "chat", choices, messages=messages, tools=tools, drift=drift))
-        wire = []
+        wire, texts = [], TokenTexts(self.tokenizer)
         for i, (c, choice) in enumerate(zip(completions, choices)):
             message = {"role": "assistant", "content": choice.message["content"]}
             finish = c.finish_reason
@@ -271,9 +281,9 @@ class EndpointServer:
                 message["tool_calls"] = wire_tool_calls(calls, [f"call_{uuid.uuid4().hex[:24]}" for _ in calls])
                 message["content"] = choice.message["content"] or None
                 finish = "tool_calls"
-            logprobs = {"content": logprob_entries(self.tokenizer, c.token_ids, c.logprobs)} if req.logprobs else None
+            logprobs = chat_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs) if req.logprobs else None
             wire.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions)
+        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions, version)
 
     def _chat_choice(self, c, stops: tuple[str, ...], parse: bool, version: int) -> Choice:
         text, _ = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops)
@@ -322,7 +332,7 @@ class EndpointServer:
         room = record.room(parent, prompt) if record else UNBOUNDED
         sampling = self._sampling(req, record, room, len(prompt))
         completions, version = await self._generate(prompt, sampling, record is not None)
-        choices, wire = [], []
+        choices, wire, texts = [], [], TokenTexts(self.tokenizer)
         for i, c in enumerate(completions):
             text, extra = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)
             choices.append(
@@ -330,22 +340,19 @@ class EndpointServer:
             )
             logprobs = None
             if req.logprobs is not None:
-                tokens = [self.tokenizer.decode([t]) for t in c.token_ids]
-                offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
-                logprobs = {
-                    "tokens": tokens,
-                    "token_logprobs": list(c.logprobs),
-                    "top_logprobs": None,
-                    "text_offset": offsets,
-                }
+                logprobs = completion_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs)
             wire.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason})
         if record is not None:
             text = prompt_in if isinstance(prompt_in, str) else None
             with self.records_lock:
                 record.calls.append(Call(prompt, parent, "completion", choices, prompt_text=text))
-        return self._reply("cmpl", "text_completion", wire, prompt, completions)
+        return self._reply("cmpl", "text_completion", wire, prompt, completions, version)
 
-    def _reply(self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions) -> web.Response:
+    def _reply(
+        self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions, version: int
+    ) -> web.Response:
+        """The reply, with the weight version that generated it: a body field (the openai client
+        keeps unknown fields: `reply.weight_version`) and the x-relay-weight-version header."""
         self.requests += 1
         produced = sum(len(c.token_ids) for c in completions)
         return web.json_response(
@@ -360,5 +367,7 @@ class EndpointServer:
                     "completion_tokens": produced,
                     "total_tokens": len(prompt) + produced,
                 },
-            }
+                "weight_version": version,
+            },
+            headers={WEIGHT_VERSION_HEADER: str(version)},
         )

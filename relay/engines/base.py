@@ -43,6 +43,10 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # generation ends after emitting one of these (EOS included by the engine)
     stop: tuple[str, ...] = ()  # stop strings; the matched text is kept in the output
     seed: int | None = None
+    # k > 0: per generated token, the k most likely tokens of the distribution `logprobs` is taken
+    # from (Completion.top_logprobs; the endpoint's top_logprobs). Engines that can have a class
+    # attribute `max_top_logprobs` (the largest k); 0 computes nothing and samples the same tokens.
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -55,6 +59,10 @@ class Completion:
     # Per token, the weight version that sampled it, where weights may change within one generate
     # (HF or vLLM engine with chunk > 0, rollout.partial); None: every token on the engine's weight_version.
     versions: list[int] | None = None
+    # sampling.top_logprobs = k > 0: per token, the k most likely (token id, logprob), most likely
+    # first, from the same distribution as `logprobs` (the sampled token's own is among them when
+    # it ranks in the top k); None when k = 0.
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class Engine(Protocol):

@@ -2,7 +2,8 @@
 
 Logprobs are taken from the raw logits (before top-p/top-k processing) at the sampling
 temperature, the same quantity the learner recomputes, so step-0 agreement is exact up to
-floating-point noise.
+floating-point noise. The top-k alternatives (SamplingParams.top_logprobs) are read from the same
+log-softmax, only when asked for: the sampled tokens and their logprobs do not change.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def generation_config(
 
 
 class HFEngine:
+    max_top_logprobs = 20  # SamplingParams.top_logprobs: any k works; 20 is OpenAI's limit
+
     def __init__(
         self,
         model_path: str,
@@ -105,8 +108,8 @@ class HFEngine:
 
     def _block(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
-        tokens, logprobs = self._generate_raw(prompts, sampling, stop_ids)
-        return [self._cut(t, lp, stop_ids, sampling) for t, lp in zip(tokens, logprobs)]
+        tokens, logprobs, top = self._generate_raw(prompts, sampling, stop_ids)
+        return [self._cut(t, lp, stop_ids, sampling, top=k) for t, lp, k in zip(tokens, logprobs, top)]
 
     def _chunked(
         self, prompts: list[list[int]], sampling: SamplingParams, chunk: int, between: Callable[[], None] | None
@@ -118,6 +121,7 @@ class HFEngine:
         stop_ids = {self.tokenizer.eos_token_id, *sampling.stop_token_ids}
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
+        top: list[list | None] = [[] if sampling.top_logprobs else None for _ in prompts]
         versions: list[list[int]] = [[] for _ in prompts]
         done: list[Completion | None] = [None] * len(prompts)
         generated = 0
@@ -125,13 +129,15 @@ class HFEngine:
             steps, version = min(chunk, sampling.max_tokens - generated), self._version
             finished = [d is not None for d in done]
             ids = [p + t for p, t in zip(prompts, tokens)]
-            new, new_lp = self._generate_raw(ids, replace(sampling, max_tokens=steps), stop_ids, finished)
+            new, new_lp, new_top = self._generate_raw(ids, replace(sampling, max_tokens=steps), stop_ids, finished)
             generated += steps
             for i in (i for i, f in enumerate(finished) if not f):
                 start = len(tokens[i])
                 tokens[i] += new[i]
                 logprobs[i] += new_lp[i]
-                c = self._cut(tokens[i], logprobs[i], stop_ids, sampling, start)
+                if top[i] is not None:
+                    top[i] += new_top[i]
+                c = self._cut(tokens[i], logprobs[i], stop_ids, sampling, start, top[i])
                 if c.finish_reason == "stop" or generated >= sampling.max_tokens:
                     versions[i] += [version] * (len(c.token_ids) - start)
                     done[i] = replace(c, versions=versions[i])
@@ -148,8 +154,9 @@ class HFEngine:
         sampling: SamplingParams,
         stop_ids: set[int],
         finished: list[bool] | None = None,
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        """Each row's new tokens (padded after its end) and their logprobs, from one model.generate."""
+    ) -> tuple[list[list[int]], list[list[float]], list]:
+        """Each row's new tokens (padded after its end), their logprobs, and per token its top
+        sampling.top_logprobs alternatives (None per row when 0), from one model.generate."""
         pad = self.tokenizer.pad_token_id
         width = max(map(len, prompts))
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
@@ -189,22 +196,38 @@ class HFEngine:
         logits = torch.stack(result.logits, dim=1).float()  # [N, T, V] raw, before processors
         logprobs = torch.log_softmax(logits / (sampling.temperature if not greedy else 1.0), dim=-1)
         token_logprobs = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        return new_tokens.tolist(), token_logprobs.tolist()
+        top: list = [None] * len(prompts)
+        if sampling.top_logprobs:  # the same tensor the sampled logprob is read from, so they agree
+            values, ids = logprobs.topk(min(sampling.top_logprobs, logprobs.shape[-1]), dim=-1)  # [N, T, k]
+            top = [
+                [list(zip(i, v)) for i, v in zip(row_ids, row_values)]
+                for row_ids, row_values in zip(ids.tolist(), values.tolist())
+            ]
+        return new_tokens.tolist(), token_logprobs.tolist(), top
 
     def _cut(
-        self, tokens: list[int], logprobs: list[float], stop_ids: set[int], sampling: SamplingParams, start: int = 0
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        stop_ids: set[int],
+        sampling: SamplingParams,
+        start: int = 0,
+        top: list | None = None,
     ) -> Completion:
         """Trim the padding generate adds after a finished row; keep the stop token itself. Tokens
         before `start` are known not to end the row (an earlier chunk's)."""
+        end, reason = len(tokens), "length"
         for t in range(start, len(tokens)):
             if tokens[t] in stop_ids:
-                return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
+                end, reason = t + 1, "stop"
+                break
             if sampling.stop:  # the first token whose text so far holds a stop string (vLLM's rule: a
                 # token may carry text past it, and the text is kept)
                 text = self.tokenizer.decode(tokens[: t + 1])
                 if any(s in text for s in sampling.stop):
-                    return Completion(tokens[: t + 1], logprobs[: t + 1], "stop")
-        return Completion(tokens, logprobs, "length")
+                    end, reason = t + 1, "stop"
+                    break
+        return Completion(tokens[:end], logprobs[:end], reason, top_logprobs=None if top is None else top[:end])
 
     def update_weights(self, weights: Weights, version: int) -> None:
         load_named_tensors(self.model, weights)

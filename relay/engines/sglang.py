@@ -94,6 +94,8 @@ class SGLangEngine:
     ) -> list[list[Completion]]:
         if chunk > 0:  # its registry record has no partial_rollouts: the config check refuses rollout.partial
             raise ValueError("the sglang engine cannot generate in chunks (rollout.partial)")
+        if sampling.top_logprobs:  # no max_top_logprobs: the endpoint refuses top_logprobs > 0 with a 400 first
+            raise ValueError("the sglang engine returns the sampled token's logprob only (top_logprobs must be 0)")
         if not prompt_token_ids:
             return []
         if self._asleep:

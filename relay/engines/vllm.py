@@ -6,7 +6,8 @@ log_softmax(logits / T) before top-k/top-p, which neither gives in general. We s
 "processed_logprobs" (exact whenever top_p=1 and top_k=-1, the usual RL setting) and, through
 `RelayWorkerExtension`, hand the sampler's top-k/top-p step the temperature-scaled logits'
 log_softmax as the "processed" value, so the reported number is exact with truncation on as
-well. Greedy requests (T=0) report log_softmax(logits), i.e. T=1, as HFEngine does.
+well. Greedy requests (T=0) report log_softmax(logits), i.e. T=1, as HFEngine does. The top-k
+alternatives (SamplingParams.top_logprobs, vLLM's `logprobs=k`) come from that same tensor.
 
 Weights. The rollout worker hands over HF-named numpy arrays (or tensors). They reach the model
 through vLLM's in-place reload (`Worker.reload_weights(weights_iterator=...)`): directly when the
@@ -82,6 +83,9 @@ class VLLMEngine:
         self.adapter = AdapterSlot(self.llm, lora) if lora else None
         self._version = 0
         self._asleep = False
+        # SamplingParams.top_logprobs: vLLM refuses more than its max_logprobs (20 unless set; -1: no limit)
+        most = self.llm.llm_engine.model_config.max_logprobs
+        self.max_top_logprobs = 20 if most < 0 else min(20, most)
         self._ipc_sender = None  # built on the first CUDA IPC update
         self._inproc = type(self.llm.llm_engine.engine_core).__name__ == "InprocClient"
         transfer = getattr(self.llm.llm_engine.vllm_config, "weight_transfer_config", None)
@@ -137,7 +141,10 @@ class VLLMEngine:
         prompts = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
         adapter = self.adapter.request if self.adapter else None
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
-        return [[to_completion(c) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outputs]
+        return [
+            [to_completion(c, p.logprobs) for c in sorted(o.outputs, key=lambda c: c.index)]
+            for o, p in zip(outputs, params)
+        ]
 
     def _params(self, s: SamplingParams, prompt_index: int):
         from vllm import SamplingParams as VSamplingParams
@@ -152,7 +159,7 @@ class VLLMEngine:
             stop=list(s.stop) or None,
             stop_token_ids=stop_ids,
             include_stop_str_in_output=True,  # the contract keeps the matched text
-            logprobs=0,  # only the sampled token's logprob
+            logprobs=s.top_logprobs,  # the sampled token's logprob, and the k most likely where k > 0
             # vLLM gives the k-th of n samples seed + k; spacing prompts by n keeps every
             # sample in the call on its own stream, and the whole call reproducible.
             seed=None if s.seed is None else (s.seed + prompt_index * s.n) % 2**63,
@@ -225,15 +232,20 @@ class VLLMEngine:
 # -- helpers (caller side) --------------------------------------------------------------------
 
 
-def to_completion(c) -> Completion:
-    """One vLLM CompletionOutput -> Completion (logprob of each sampled token)."""
+def to_completion(c, top_k: int = 0) -> Completion:
+    """One vLLM CompletionOutput -> Completion (logprob of each sampled token; its k most likely
+    alternatives where the request asked for top_k = k > 0)."""
     token_ids = list(c.token_ids)
     if c.logprobs is None or len(c.logprobs) != len(token_ids):
         raise RuntimeError("vllm returned no per-token logprobs; was logprobs=0 dropped?")
     logprobs = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(token_ids)]
     if c.finish_reason not in ("stop", "length"):
         raise RuntimeError(f"vllm finished a request with {c.finish_reason!r}")
-    return Completion(token_ids, logprobs, c.finish_reason)
+    top = None
+    if top_k:  # each position: the top k (ranks 1..k), plus the sampled token where it ranks lower
+        ranked = (sorted(c.logprobs[t].items(), key=lambda kv: kv[1].rank or 0) for t in range(len(token_ids)))
+        top = [[(tok, float(lp.logprob)) for tok, lp in d if lp.rank and lp.rank <= top_k] for d in ranked]
+    return Completion(token_ids, logprobs, c.finish_reason, top_logprobs=top)
 
 
 def write_safetensors(items: list[tuple[str, torch.Tensor]]) -> str:

@@ -36,6 +36,7 @@ class _Row:
     seed: int | None  # the unchunked request's seed for this sample
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list = field(default_factory=list)  # sampling.top_logprobs > 0: each token's alternatives
     versions: list[int] = field(default_factory=list)
     finish: str | None = None
 
@@ -65,9 +66,10 @@ def generate_chunked(
             start = len(r.tokens)
             r.tokens += c.token_ids
             r.logprobs += c.logprobs
+            r.top += c.top_logprobs or []
             end = stop_string_end(engine.tokenizer, r.tokens, start, sampling.stop) if sampling.stop else None
             if end is not None:  # a stop string completed by this chunk, maybe across the boundary
-                del r.tokens[end:], r.logprobs[end:]
+                del r.tokens[end:], r.logprobs[end:], r.top[end:]
                 r.finish = "stop"
             elif c.finish_reason == "stop":  # stop token or a stop string inside the chunk
                 r.finish = "stop"
@@ -81,7 +83,8 @@ def generate_chunked(
             break
         if between is not None:
             between()
-    flat = [Completion(r.tokens, r.logprobs, r.finish, versions=r.versions) for r in rows]
+    top = lambda r: r.top if sampling.top_logprobs else None  # noqa: E731
+    flat = [Completion(r.tokens, r.logprobs, r.finish, versions=r.versions, top_logprobs=top(r)) for r in rows]
     return [flat[i * n : (i + 1) * n] for i in range(len(prompt_token_ids))]
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import driver
-from actors.pools import Actors, one_call_steps
+from actors.pools import Actors
+from actors.steps import one_call_steps
 from relay.config import load_config
 from relay.run import metric_keys as keys
 

@@ -18,7 +18,7 @@ from relay.engines.base import SamplingParams  # noqa: E402
 from relay.envs.arithmetic import make_rows  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
 from relay.models.tiny import encode_chat  # noqa: E402
-from tests.engine_checks import max_logprob_diff  # noqa: E402
+from tests.engine_checks import check_top_logprobs, max_logprob_diff  # noqa: E402
 
 TOL = 1e-3  # fp32 engine vs fp32 learner; measured differences are about 1e-6
 
@@ -142,6 +142,12 @@ def test_logprobs_match_learner(engine, prompts, tokenizer, learner, temperature
     diff = max_logprob_diff(learner, prompts, groups, temperature or 1.0, tokenizer.pad_token_id)
     print(f"\nvllm-cpu logprob max |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): {diff:.2e}")
     assert diff < TOL
+
+
+def test_top_logprobs_change_nothing_sampled_and_are_the_learners(engine, prompts, learner):
+    """vLLM's logprobs=k, from the hooked sampler's tensor: log_softmax(logits / T) before top-p."""
+    check_top_logprobs(engine, learner, prompts, k=5)
+    assert engine.max_top_logprobs == 20
 
 
 def perturbed_state(model_path: str, seed: int) -> dict:

@@ -82,7 +82,7 @@ def test_token_auth(server):
         ({"messages": [{"role": "user", "content": "1"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "1"}], "response_format": {}}, "response_format"),
         ({"messages": [{"role": "user", "content": "1"}], "stream": True}, "stream"),
-        ({"messages": [{"role": "user", "content": "1"}], "logprobs": True, "top_logprobs": 3}, "top_logprobs"),
+        ({"messages": [{"role": "user", "content": "1"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "1"}], "tool_choice": "required"}, "tool_choice"),
         ({"messages": [{"role": "user", "content": "1"}], "tools": [{"type": "web"}]}, "tools"),
         ({"messages": [{"role": "wizard", "content": "1"}]}, "messages"),

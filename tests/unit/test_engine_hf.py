@@ -11,7 +11,7 @@ from relay.engines.hf import HFEngine
 from relay.envs.arithmetic import make_rows
 from relay.models.loading import load_model
 from relay.models.tiny import encode_chat
-from tests.engine_checks import max_logprob_diff
+from tests.engine_checks import check_top_logprobs, max_logprob_diff
 
 TOL = 1e-3
 
@@ -87,6 +87,11 @@ def test_logprobs_match_learner(engine, prompts, learner, temperature, top_p, to
     diff = max_logprob_diff(learner, prompts, groups, temperature or 1.0, engine.tokenizer.pad_token_id)
     print(f"\nhf logprob max |diff| vs learner (T={temperature}, top_p={top_p}, top_k={top_k}): {diff:.2e}")
     assert diff < TOL
+
+
+def test_top_logprobs_change_nothing_sampled_and_are_the_learners(engine, prompts, learner):
+    check_top_logprobs(engine, learner, prompts, k=5)
+    check_top_logprobs(engine, learner, prompts[:2], k=20)
 
 
 def test_weight_update_serves_new_weights(model_path, prompts, learner):
