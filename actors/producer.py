@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, wait_restarted
 from actors.weights import start_weight_sync
@@ -295,9 +295,9 @@ class RolloutProducer:
         self._wait_weights()
 
     def _wait_weights(self) -> None:
-        """The last sync's loads. A worker that died under its load, or whose replacement could not
-        read the learner's shared memory (a restarted worker has not mapped it), is left to its next
-        call's check, which re-sends it the weights; any other failure raises."""
+        """The last sync's loads. A worker that died under its load, or a replacement that has not
+        mapped the learner's shared memory (its load answers None), is left to its next call's
+        check, which re-sends it the weights; any other failure raises."""
         learner = self.actors.learner  # past resources.call_timeout_s it is killed and the run stops
         self.actors.faults.wait(self.learner_refs, [learner] * len(self.learner_refs), "weights")
         ray.get(self.learner_refs)
@@ -307,18 +307,11 @@ class RolloutProducer:
             pending := self.weight_refs and ray.wait(self.weight_refs, num_returns=len(self.weight_refs), timeout=0)[1]
         ):
             self._progress({ref: w for w, ref in enumerate(self.weight_refs) if ref in pending})
-        for worker, ref in zip(self.actors.rollout, self.weight_refs):
+        for ref in self.weight_refs:
             try:
                 ray.get(ref)
             except RayActorError:
                 self.actors.faults.count("actor_errors")
-            except RayTaskError as error:
-                try:
-                    restarted = ray.get(worker.__ray_call__.remote(_restarted))
-                except RayActorError:  # restarting again
-                    restarted = True
-                if not restarted:
-                    raise error
         self.learner_refs, self.weight_refs = [], []
 
     def state_dict(self) -> dict:
@@ -331,8 +324,3 @@ class RolloutProducer:
             "redo": [list(item) for item in self.redo],
             "rows": {str(i): row for i, row in self.rows.items()},
         }
-
-
-def _restarted(worker) -> bool:
-    """Run in a rollout worker: whether it is a replacement Ray built after a loss."""
-    return bool(worker.life)

@@ -319,8 +319,12 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.weights_version, self.idle_since = version, time.perf_counter()
         return seconds
 
-    def load_shared_weights(self, written: None, version: int) -> float:
-        """Load `version` from the learner's shared-memory buffer (`written`: its write, done)."""
+    def load_shared_weights(self, written: None, version: int) -> float | None:
+        """Load `version` from the learner's shared-memory buffer (`written`: its write, done). None
+        from a replacement Ray built after a loss: it has not mapped the buffers (their names were
+        unlinked at start-up), and the driver then sends it the weights through the object store."""
+        if self.shared_weights is None:
+            return None
         if self.staged is not None:
             self.staged.stage(version, lambda: self._load_shared(version))
             return 0.0

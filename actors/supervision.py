@@ -213,16 +213,6 @@ class Supervisor:
 
     # -- the rollout workers' work: weights in, shards out
 
-    def send_weights(self, workers: list, weights, version: int) -> None:
-        """Every worker loads `weights` (a ref to the learner's payload), kept for any that restarts later."""
-        self.weights = (weights, version)
-        self.get_all(
-            [
-                Call(w, lambda w=w: w.update_weights.remote(weights, version), f"rollout-{i} weight load")
-                for i, w in enumerate(workers)
-            ]
-        )
-
     def resend_weights(self, worker) -> None:
         self.restarted_workers.add(worker._actor_id)
         if self.weights is not None:

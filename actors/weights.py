@@ -96,8 +96,9 @@ def open_shared_memory(learner, workers: list, tag: str) -> list[bool]:
 def sync_weights(actors, version: int) -> float:
     """The learner's weights to every rollout worker, tagged `version`; returns the seconds it took.
     The learner's part has a deadline (resources.call_timeout_s: past it, the learner is killed and
-    the run stops, resumable; actors.faults.wait) before any worker waits on it; object-store loads
-    are redone on a restarted worker, other loads stop the run past their deadline."""
+    the run stops, resumable; actors.faults.wait) before any worker waits on it. A worker that dies
+    or hangs in its load (shared memory or object store) is restarted and loads the weights again,
+    through the object store: the step goes on. A broadcast stops the run past its deadline."""
     start, faults, learner, workers = time.perf_counter(), actors.faults, actors.learner, actors.rollout
     if actors.colocated:  # the engine generates from the learner's module, tagged by its update (actors/colocated.py)
         return 0.0
@@ -106,23 +107,41 @@ def sync_weights(actors, version: int) -> float:
         faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")
         return time.perf_counter() - start
     written, shared = _shared_memory_write(actors, version)
-    readers = [w for w, on in zip(workers, shared) if on]
-    on_store = [w for w, on in zip(workers, shared) if not on]
-    weights = learner.get_weights.remote() if on_store else None  # put once, read by each
+    weights = learner.get_weights.remote() if not all(shared) else None  # put once, read by each
     sent = [r for r in (written, weights) if r is not None]
     faults.wait(sent, [learner] * len(sent), "weights")
-    loads = [w.load_shared_weights.remote(written, version) for w in readers]
-    if on_store:
-        try:
-            faults.send_weights(on_store, weights, version)
-        except ActorLost:  # the workers failed on the payload: a learner that died making it is the cause
-            ranks = role_actors(learner)
-            faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
-            raise
-    else:  # a worker that restarts is sent them through the object store
-        faults.weights = (learner.get_weights.remote, version)
-    faults.get(loads, readers, "shared-memory weight load")
+    if written is not None:  # a learner that died writing is the error, not its readers' failed loads
+        faults.get(written, learner, "weights")
+    # what a worker that restarts from now on is sent (the first payload made then, if none yet)
+    faults.weights = (weights if weights is not None else learner.get_weights.remote, version)
+    calls = [_load_call(faults, i, w, on, written, version) for i, (w, on) in enumerate(zip(workers, shared))]
+    try:
+        faults.get_all(calls)
+    except ActorLost:  # the workers failed on the payload: a learner that died making it is the cause
+        ranks = role_actors(learner)
+        faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
+        raise
     return time.perf_counter() - start
+
+
+def _load_call(faults, i: int, worker, shared: bool, written, version: int) -> Call:
+    """Worker i's load of `version`: from the learner's shared-memory buffers while it has them
+    mapped; a replacement (Ray restarted it under the load, or before it: then its load answers
+    None) has lost them, so it is sent the weights through the object store."""
+
+    def submit():
+        if faults.reads_shared_memory(worker, shared):
+            return worker.load_shared_weights.remote(written, version)
+        weights = faults.weights[0]
+        return worker.update_weights.remote(weights() if callable(weights) else weights, version)
+
+    return Call(
+        worker,
+        submit,
+        f"rollout-{i} {'shared-memory ' if shared else ''}weight load",
+        on_restart=lambda: faults.restarted_workers.add(worker._actor_id),
+        valid=lambda seconds: seconds is not None,
+    )
 
 
 def start_weight_sync(actors, version: int) -> tuple[list, list]:
