@@ -85,6 +85,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
+        self.busy_since = time.time()  # when the current call (or streamed group) began
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env) or bool(cfg.task.agent)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
         self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
@@ -213,11 +214,13 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             group = self._serializable(group)
             yield group, self._report(group, seconds, idle)
             start, idle = time.perf_counter(), 0.0  # the scoring is not generation time
+            self.busy_since = time.time()
 
     def _begin(self) -> tuple[float, float]:
         start = time.perf_counter()
         idle, self.idle_s = self.idle_s + start - self.idle_since, 0.0
         self.episodes_started += 1
+        self.busy_since = time.time()  # wall clock: the driver places it against its own (relay.run.timeline)
         return start, idle
 
     def _episodes(self) -> dict:
@@ -259,6 +262,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             "rollout/reward_seconds": reward_seconds,
             "rollout/idle_s": idle,  # waiting for weights or for work since the last call ended
             "rollout/worker": self.index,
+            "rollout/started_at": self.busy_since,  # the busy span, scoring included: the timeline's bar
+            "rollout/ended_at": time.time(),
         }
         self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
