@@ -85,7 +85,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
-        self.busy_since = time.time()  # when the current call (or streamed group) began
+        self.busy_since = time.time()  # when the current call (or a stream's current group) began
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env) or bool(cfg.task.agent)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
         self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
@@ -214,7 +214,6 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             group = self._serializable(group)
             yield group, self._report(group, seconds, idle)
             start, idle = time.perf_counter(), 0.0  # the scoring is not generation time
-            self.busy_since = time.time()
 
     def _begin(self) -> tuple[float, float]:
         start = time.perf_counter()
@@ -265,6 +264,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             "rollout/started_at": self.busy_since,  # the busy span, scoring included: the timeline's bar
             "rollout/ended_at": time.time(),
         }
+        # a stream's next group is busy from here: handing this one over is part of the call
+        self.busy_since = metrics["rollout/ended_at"]
         self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:

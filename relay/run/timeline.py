@@ -6,7 +6,7 @@ One row per role: each rollout worker (its calls' busy spans, generation and sco
 worker stamped them), the learner (the update phase), the logprobs phase when it took time
 (reference, critic, old logprobs) and the weight sync, as the driver timed them. Colour is busy,
 grey is idle. With training.mode one_step_off / async a second panel shows the rollout buffer's
-depth when each step took its batch.
+depth and the groups in flight when each step took its batch.
 
 Read from metrics.jsonl: `timeline/step_start_at` (unix seconds) and `timeline/<phase>_start_s`
 place each step and its phases, `time/<phase>_s` size them, and
@@ -38,6 +38,7 @@ class Timeline:
     rows: dict[str, list[tuple[float, float]]]  # role -> busy spans, seconds after the first step began
     steps: list[tuple[int, float, float]]  # (step, start, end), same clock
     queue: list[tuple[float, float]]  # (when the step took its batch, finished groups left in the buffer)
+    in_flight: list[tuple[float, float]]  # (the same time, groups still being rolled out)
 
     @property
     def end(self) -> float:
@@ -69,7 +70,7 @@ def build_timeline(records: list[dict], where: str = "metrics.jsonl") -> Timelin
             "it was written by a relay that did not record them; a new run does"
         )
     origin = _number(placed[0], keys.STEP_START_AT)
-    steps, queue = [], []
+    steps, queue, in_flight = [], [], []
     rows: dict[str, list[tuple[float, float]]] = {}
     workers: dict[int, list[tuple[float, float]]] = {}
     for r in placed:
@@ -89,6 +90,8 @@ def build_timeline(records: list[dict], where: str = "metrics.jsonl") -> Timelin
         if depth is not None:  # the step took its batch when its rollout phase (its wait for one) ended
             took = (_number(r, keys.phase_start("rollout")) or 0.0) + (_number(r, keys.ROLLOUT_S) or 0.0)
             queue.append((start + took, depth))
+            if (flying := _number(r, keys.IN_FLIGHT)) is not None:
+                in_flight.append((start + took, flying))
     if not rows.get("learner"):
         raise ValueError(f"{where} has no {keys.phase_start('update')} with {keys.UPDATE_S}: no learner bar to draw")
     wall = steps[-1][2] - steps[0][1]
@@ -97,7 +100,7 @@ def build_timeline(records: list[dict], where: str = "metrics.jsonl") -> Timelin
         rows["logprobs"] = logprobs
     ordered = {f"rollout {w}": sorted(workers[w]) for w in sorted(workers)}
     ordered.update((row, rows[row]) for _, row in PHASE_ROWS if row in rows)
-    return Timeline(ordered, steps, queue)
+    return Timeline(ordered, steps, queue, in_flight)
 
 
 def plot_timeline(path: str | Path, out: str | Path | None = None) -> Path:
@@ -142,8 +145,14 @@ def plot_timeline(path: str | Path, out: str | Path | None = None) -> Path:
     if timeline.queue:
         q = axes[1][0]
         times, depths = zip(*timeline.queue)
-        q.step(times, depths, where="post", marker="o", markersize=3, color=ROLLOUT_COLOUR)
-        q.set_ylabel("buffer\n(groups)", fontsize=8)
+        q.step(
+            times, depths, where="post", marker="o", markersize=3, color=ROLLOUT_COLOUR, label="finished, in the buffer"
+        )
+        if timeline.in_flight:
+            times, flying = zip(*timeline.in_flight)
+            q.step(times, flying, where="post", linestyle="--", color="0.4", label="in flight")
+        q.legend(fontsize=7, loc="upper left", ncols=2)
+        q.set_ylabel("groups", fontsize=8)
         q.set_ylim(bottom=0)
         q.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole groups
         q.grid(alpha=0.3)

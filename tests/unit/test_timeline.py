@@ -70,6 +70,7 @@ def async_records(steps: int = 4) -> list[dict]:
                 keys.phase_start("sync"): 3.03 + wait,
                 keys.SYNC_S: 0.05,
                 keys.QUEUE_DEPTH: float(k % 2),
+                keys.IN_FLIGHT: 4.0 if k < steps - 1 else 0.0,  # none started for after the last step
                 **spans,
             }
         )
@@ -99,7 +100,7 @@ def test_sync_roles_take_turns():
     assert sum(overlap(r, u) for r in rollout for u in learner) == 0.0  # one after the other
     # busy 3 s of every 5.5 (the last step ends at 21.7)
     assert timeline.idle_share("learner") == pytest.approx(1 - 12.0 / 21.7)
-    assert timeline.queue == []
+    assert timeline.queue == [] and timeline.in_flight == []
 
 
 def test_async_rollout_overlaps_the_update():
@@ -112,6 +113,7 @@ def test_async_rollout_overlaps_the_update():
     # buffer depth, placed where each step took its batch (the end of its wait)
     assert [d for _, d in timeline.queue] == [0.0, 1.0, 0.0, 1.0]
     assert timeline.queue[0][0] == pytest.approx(2.01)
+    assert [n for _, n in timeline.in_flight] == [4.0, 4.0, 4.0, 0.0]
 
 
 def test_timeline_png_next_to_the_run(tmp_path, capsys):
@@ -204,7 +206,7 @@ def test_the_rollout_worker_stamps_its_busy_spans(tiny_model_path):
     after = time.time()
     assert before <= called["rollout/started_at"] <= called["rollout/ended_at"] <= streamed[0]["rollout/started_at"]
     for a, b in zip(streamed, streamed[1:]):  # each group's span begins where the last one ended
-        assert a["rollout/ended_at"] <= b["rollout/started_at"] < a["rollout/ended_at"] + 0.05
+        assert a["rollout/started_at"] <= a["rollout/ended_at"] == b["rollout/started_at"]
     assert streamed[-1]["rollout/ended_at"] <= after
     merged = merge_rollout_metrics(streamed)  # the stream is one bar
     assert keys.rollout_span(0, 0, "start") in merged and keys.rollout_span(0, 1, "start") not in merged
