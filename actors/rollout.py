@@ -85,6 +85,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
+        self.busy_since = time.time()  # when the current call (or a stream's current group) began
         self.multi_turn = cfg.tools.enabled or bool(cfg.task.env) or bool(cfg.task.agent)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
         self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
@@ -218,6 +219,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         start = time.perf_counter()
         idle, self.idle_s = self.idle_s + start - self.idle_since, 0.0
         self.episodes_started += 1
+        self.busy_since = time.time()  # wall clock: the driver places it against its own (relay.run.timeline)
         return start, idle
 
     def _episodes(self) -> dict:
@@ -259,7 +261,11 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             "rollout/reward_seconds": reward_seconds,
             "rollout/idle_s": idle,  # waiting for weights or for work since the last call ended
             "rollout/worker": self.index,
+            "rollout/started_at": self.busy_since,  # the busy span, scoring included: the timeline's bar
+            "rollout/ended_at": time.time(),
         }
+        # a stream's next group is busy from here: handing this one over is part of the call
+        self.busy_since = metrics["rollout/ended_at"]
         self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
         if self.cfg.tools.enabled:

@@ -180,7 +180,7 @@ class OneCall:
         self.update_metrics: dict[str, float] = {}
 
     def take_samples(self, step, timer):
-        actors = self.actors
+        actors, called = self.actors, timer.elapsed()
         call = actors.learner.rollout_and_update.remote(
             self.prompts.take(self.cfg.training.prompts_per_step), sampling_round(self.cfg, step), self.kl_ctl.value
         )
@@ -189,6 +189,10 @@ class OneCall:
         )
         actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
         timer.seconds.update(seconds)
+        # timed in the actor, one after the other: placed from the call's start (its round trip not known)
+        timer.starts.update(
+            {keys.phase_start("rollout"): called, keys.phase_start("update"): called + seconds[keys.ROLLOUT_S]}
+        )
         return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples)}
 
     def advantage_inputs(self, samples, timer):

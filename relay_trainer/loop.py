@@ -53,6 +53,7 @@ def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: Fa
         **sample_metrics,
         **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
         **timer.seconds,
+        **timer.timeline(),  # where the step and its phases began: python -m relay.run.plot --timeline
         **pipeline_metrics(samples, step, timer.seconds, sample_metrics.get(keys.ROLLOUT_IDLE_S)),
     }
     if kl_in_reward(cfg):  # the coefficient moves with the KL the learner measured (kl/mean)

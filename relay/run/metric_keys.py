@@ -12,6 +12,18 @@ def phase_seconds(phase: str) -> str:
     return f"time/{phase}_s"
 
 
+def phase_start(phase: str) -> str:
+    """Where a phase began: seconds after its step began (PhaseTimer writes it; relay.run.timeline draws it)."""
+    return f"timeline/{phase}_start_s"
+
+
+def rollout_span(worker: int, n: int, edge: str) -> str:
+    """Rollout worker `worker`'s n-th busy span among the rollout work a step received; `edge` is
+    "start" or "end", in unix seconds (the worker's clock: the driver's perf_counter is not shared
+    across processes and hosts, the wall clock is, within clock sync)."""
+    return f"timeline/rollout/{worker}/{n}/{edge}_at"
+
+
 REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"  # standard deviation of the step's batch rewards
 KL_MEAN = "kl/mean"
@@ -46,3 +58,6 @@ ROLLOUT_IDLE_S = "time/rollout_idle_s"  # per worker: seconds between its calls 
 LEARNER_WAIT_S = "time/learner_wait_s"  # seconds the step waited for its samples (the learner had nothing to do)
 IDLE_ROLLOUT = "idle/rollout"  # ROLLOUT_IDLE_S / step wall time
 IDLE_LEARNER = "idle/learner"  # LEARNER_WAIT_S / step wall time
+# timelines (python -m relay.run.plot --timeline): the step's start in unix seconds; each phase's
+# start after it (phase_start) and each rollout worker's busy spans (rollout_span) place the bars
+STEP_START_AT = "timeline/step_start_at"

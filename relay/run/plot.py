@@ -3,9 +3,11 @@
     python -m relay.run.plot runs/my-run                 # writes runs/my-run/curves.png
     python -m relay.run.plot runs/my-run/metrics.jsonl -o curves.png
     python -m relay.run.plot runs/my-run --keys reward/mean,loss/policy
+    python -m relay.run.plot --timeline runs/my-run      # writes runs/my-run/timeline.png
 
 One panel per key that the run has: reward (shaded by its std when "reward/std" exists), KL,
-response length, step time and eval accuracy, or the keys given with --keys.
+response length, step time and eval accuracy, or the keys given with --keys. --timeline draws
+each role's busy and idle time along the run's wall clock instead (relay/run/timeline.py).
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def load_metrics(path: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 warnings.warn(f"{path}:{n}: not JSON, skipped", stacklevel=2)
                 continue
-            by_step[int(record["step"])] = record
+            try:
+                by_step[int(record["step"])] = record
+            except (TypeError, KeyError, ValueError):  # a line some other tool wrote: no traceback for it
+                warnings.warn(f"{path}:{n}: no step number, skipped", stacklevel=2)
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -115,13 +120,26 @@ def plot_run(path: str | Path, out: str | Path | None = None, keys: list[str] | 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m relay.run.plot", description=__doc__.split("\n")[0])
     parser.add_argument("run", help="a run folder (holding metrics.jsonl) or a metrics.jsonl")
-    parser.add_argument("-o", "--out", help="PNG to write (default: <run folder>/curves.png)")
+    parser.add_argument("-o", "--out", help="PNG to write (default: <run folder>/curves.png, or timeline.png)")
     parser.add_argument("--keys", help="comma-separated metric keys to plot instead of the defaults")
+    parser.add_argument(
+        "--timeline", action="store_true", help="each role's busy and idle time along the wall clock instead"
+    )
     args = parser.parse_args(argv)
+    if args.timeline and args.keys:
+        parser.error("--keys chooses curves; --timeline draws the phase times")
     keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
     try:
-        out = plot_run(args.run, args.out, keys)
-    except (FileNotFoundError, ValueError) as e:
+        if args.timeline:
+            from relay.run.timeline import plot_timeline
+
+            out = plot_timeline(args.run, args.out)
+        else:
+            out = plot_run(args.run, args.out, keys)
+    except FileNotFoundError as e:
+        print(f"relay.run.plot: {e.filename or e}: no such file (a run folder holds metrics.jsonl)", file=sys.stderr)
+        return 1
+    except ValueError as e:
         print(f"relay.run.plot: {e}", file=sys.stderr)
         return 1
     print(out)
