@@ -166,7 +166,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         return fmt.prompt_ids(row_messages(row, self.cfg.task.system_prompt))
 
     def encode_conversations(self, conversations: list[list[dict]]) -> list[Sample]:
-        """Demonstrations (sft.*) laid out token for token as this worker's agent loop lays out episodes."""
+        """Demonstrations (sft.*) laid out token for token as this worker's agent loop lays out episodes
+        (task.agent: as its endpoint serves a chat, every assistant turn closed by the model's end-of-turn token)."""
         stops = get_parser(self.cfg.tools.parser).stop_strings if self.cfg.tools.enabled else ()
         return [supervised_sample(self.agent.format, messages, stops) for messages in conversations]
 

@@ -66,7 +66,9 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
     metrics = eval_metrics(cfg.task, [s.reward for s in samples])
-    if cfg.tools.enabled:  # how often the model reaches for its tools, next to how often it is right
+    # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
+    # the endpoint read from the replies, which the program ran)
+    if cfg.tools.enabled or cfg.task.agent:
         metrics["eval/tool_calls_per_episode"] = sum(len(s.tool_calls) for s in samples) / max(len(samples), 1)
     return metrics
 

@@ -17,6 +17,7 @@ from typing import Any
 from relay.endpoint.samples import AgentOutcome, agent_metrics, episode_samples
 from relay.endpoint.server import EndpointServer
 from relay.engines.base import SamplingParams
+from relay.envs.chat import ChatFormat
 from relay.types import Sample
 
 RunPrograms = Callable[[list[str], list[dict], list[str], str], list[AgentOutcome]]
@@ -25,6 +26,9 @@ RunPrograms = Callable[[list[str], list[dict], list[str], str], list[AgentOutcom
 class AgentRollout:
     def __init__(self, server: EndpointServer, run_programs: RunPrograms):
         self.server, self.run_programs = server, run_programs
+        # a chat request's layout without tools=, the model closing each turn with its own end-of-turn
+        # token (no parser stop strings): how the supervised stage lays out demonstrations (sft.*)
+        self.format = ChatFormat(server.tokenizer)
         self.metrics: dict[str, float] = {}  # the last call's agent/* metrics (calls, splits, ...)
 
     def run(self, rows: list[dict[str, Any]], sampling: SamplingParams, **kwargs) -> list[Sample]:
