@@ -198,7 +198,7 @@ def one_run(python: str, contender: str, seed: int, model: Path, rows: Path, hel
     launched = time.time()
     with (work / "log.txt").open("w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        with PeakTreeMemory(proc.pid, every_s=0.5) as peak:  # each sample reads every process's smaps
+        with PeakTreeMemory(proc.pid, every_s=2.0) as peak:  # a sample reads every process's smaps: not free
             code = proc.wait()
     if code != 0:
         tail = (work / "log.txt").read_text().strip().splitlines()[-15:]
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         for contender in contenders[shift:] + contenders[:shift]:
             m = one_run(pythons[contender], contender, seed, model, rows, held_out, tokens)
             results[contender].append(m)
-            print(f"seed {seed} {contender}: {json.dumps({k: round(v, 4) for k, v in m.items()})}", flush=True)
+            print(f"seed {seed} {contender}: {json.dumps({k: float(f'{v:.4g}') for k, v in m.items()})}", flush=True)
     print(f"\n{os.cpu_count()} CPUs, {cfg.training.steps} steps per run, seeds {a.seeds}\n")
     print(table(results, cfg.training.steps))
     return 0
