@@ -3,6 +3,7 @@
     relay train [--config NAME_OR_FILE] [--resume] [key=value ...]   the RL loop (python driver.py)
     relay show RUN [--files N] [--step S]        sample episodes of a run (python -m relay.run.show)
     relay plot RUN [--keys a,b] [-o out.png]     metric curves (python -m relay.run.plot)
+    relay plot --timeline RUN [-o out.png]       each role's busy and idle time along the wall clock
     relay template-check MODEL                   a model's chat template, turn by turn
     relay tool-server [--port P ...]             the sandboxed HTTP tool server
     relay rm-hacks RUN                           reward-model exploits found in a run's samples
@@ -21,7 +22,7 @@ from collections.abc import Callable
 # command -> (module, what it does); each module's main(argv) parses the rest of the arguments
 TOOLS = {
     "show": ("relay.run.show", "print the latest sample episodes of a run"),
-    "plot": ("relay.run.plot", "draw a run's metric curves to a PNG"),
+    "plot": ("relay.run.plot", "draw a run's metric curves (or, --timeline, its roles' busy time) to a PNG"),
     "template-check": ("relay.models.template_check", "check a model's chat template for multi-turn training"),
     "tool-server": ("relay.tools.server", "serve sandboxed code runs over HTTP"),
     "rm-hacks": ("relay.run.rm_hacks", "reward-model exploits in a run's samples"),

@@ -134,7 +134,7 @@ def plot_timeline(path: str | Path, out: str | Path | None = None) -> Path:
     ax.set_ylim(len(roles) - 0.4, -0.9)  # first row on top; room above it for the step numbers
     every = max(1, math.ceil(len(timeline.steps) / 25))  # a label per step would overlap on long runs
     for i, (step, start, _) in enumerate(timeline.steps):
-        ax.axvline(start, color="0.55", linewidth=0.6, zorder=0)
+        ax.axvline(start, color="0.3", linewidth=0.6, zorder=3)  # over the bars: back-to-back steps stay apart
         if i % every == 0:
             ax.text(start, -0.55, str(step), fontsize=7, color="0.3", va="center")
     ax.set_xlim(0.0, end * 1.01)
@@ -151,7 +151,7 @@ def plot_timeline(path: str | Path, out: str | Path | None = None) -> Path:
         if timeline.in_flight:
             times, flying = zip(*timeline.in_flight)
             q.step(times, flying, where="post", linestyle="--", color="0.4", label="in flight")
-        q.legend(fontsize=7, loc="upper left", ncols=2)
+        q.legend(fontsize=7, loc="center left", ncols=2)
         q.set_ylabel("groups", fontsize=8)
         q.set_ylim(bottom=0)
         q.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole groups

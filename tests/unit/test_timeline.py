@@ -210,3 +210,28 @@ def test_the_rollout_worker_stamps_its_busy_spans(tiny_model_path):
     assert streamed[-1]["rollout/ended_at"] <= after
     merged = merge_rollout_metrics(streamed)  # the stream is one bar
     assert keys.rollout_span(0, 0, "start") in merged and keys.rollout_span(0, 1, "start") not in merged
+
+
+def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
+    """OneCall: one actor call rolls out then updates and times both; the driver places them from
+    the call's start."""
+    from types import SimpleNamespace
+
+    from actors.steps import OneCall
+    from relay.config import load_config
+    from relay.envs.arithmetic import make_rows
+    from relay.envs.data import PromptIterator
+
+    seconds = {keys.ROLLOUT_S: 0.5, keys.UPDATE_S: 0.25}
+    reply = ([], {"rollout/seconds": 0.5, "rollout/tokens": 1.0, "rollout/tokens_per_s": 2.0}, {}, seconds)
+    learner = SimpleNamespace(rollout_and_update=SimpleNamespace(remote=lambda *a: "ref"))
+    faults = SimpleNamespace(get=lambda ref, handle, what, long: reply, add=lambda counts: None)
+    cfg = load_config(None, [])
+    plan = OneCall(cfg, SimpleNamespace(learner=learner, faults=faults), PromptIterator(make_rows(32, 0, 2), 0), None)
+    plan.kl_ctl = SimpleNamespace(value=0.0)
+    timer = PhaseTimer()
+    time.sleep(0.01)
+    plan.take_samples(0, timer)
+    starts = timer.timeline()
+    assert 0.01 <= starts[keys.phase_start("rollout")] < timer.elapsed()
+    assert starts[keys.phase_start("update")] == pytest.approx(starts[keys.phase_start("rollout")] + 0.5)
