@@ -7,6 +7,12 @@ import pytest
 # Tests never reach a hub; the tiny models are shipped in the repository.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# torch's OpenMP threads spin at the end of every parallel region (libgomp's default). Where two
+# actors compute at once on 2 cores (learner and critic, async rollout and update, two Tune trials)
+# or other jobs share the machine, the spinning threads hold the cores the working ones need: the
+# tiny model's update ran 8x slower with 2 threads than with 1. Passive threads sleep instead.
+# Set before torch loads here, it reaches every Ray worker and driver process the tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_collection_modifyitems(config, items):
