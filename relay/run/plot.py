@@ -13,11 +13,11 @@ each role's busy and idle time along the run's wall clock instead (relay/run/tim
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import warnings
 from pathlib import Path
+
+from relay.run.metrics_file import load_metrics
 
 # (key, panel title); a panel is drawn only when the run logged its key.
 PANELS: tuple[tuple[str, str], ...] = (
@@ -30,32 +30,6 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("eval/mean_return", "eval mean return"),
 )
 SHADE = {"reward/mean": "reward/std"}
-
-
-def load_metrics(path: str | Path) -> list[dict]:
-    """Records of a metrics.jsonl (or of the one in a run folder), one per step, by step.
-
-    A resumed run appends to the same file and may repeat steps logged after its checkpoint;
-    the last record of a step wins. A torn last line (crash mid-write) is skipped with a warning.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    by_step: dict[int, dict] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                warnings.warn(f"{path}:{n}: not JSON, skipped", stacklevel=2)
-                continue
-            try:
-                by_step[int(record["step"])] = record
-            except (TypeError, KeyError, ValueError):  # a line some other tool wrote: no traceback for it
-                warnings.warn(f"{path}:{n}: no step number, skipped", stacklevel=2)
-    return [by_step[s] for s in sorted(by_step)]
 
 
 def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:

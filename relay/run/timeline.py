@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.run import metric_keys as keys
-from relay.run.plot import load_metrics
+from relay.run.metrics_file import load_metrics
 
 # (phase, row): the driver-timed phases drawn, in row order under the rollout workers
 PHASE_ROWS = (("reference", "logprobs"), ("update", "learner"), ("sync", "weight sync"))

@@ -24,7 +24,7 @@ from relay.run.loggers import (
     flatten_config,
     make_loggers,
 )
-from relay.run.plot import load_metrics
+from relay.run.metrics_file import load_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"algo": {"name": "grpo", "kl_coef": 0.05}, "model": "tiny", "seeds": [1, 2]}
