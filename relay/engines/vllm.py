@@ -68,9 +68,6 @@ class VLLMEngine:
         if self.on_cpu:
             for key, value in CPU_ENV_DEFAULTS.items():
                 os.environ.setdefault(key, value)
-            # vLLM cuts an engine process's torch threads to one for serving unless OMP_NUM_THREADS is
-            # set from outside; in-process, that process is the rollout worker, whose threads relay sized
-            os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         kwargs = {
             "model": str(model_path),
             "tokenizer": str(tokenizer_path or model_path),
