@@ -104,14 +104,8 @@ FRAGMENTS = [
     "{" * 2000,
     '{"a":' * 2000,
     "(" * 500,
-    # Python syntax that ast.parse accepts and anything recursing per level (ast.unparse,
-    # literal_eval) does not: a long unary chain, nested `not`, a long attribute chain
-    "-" * 400,
-    "not " * 400,
-    "a." * 400,
-    "[f(), ",
-    "[f(a=",
-    "1)]",
+    # syntax ast.parse accepts and ast.unparse / literal_eval (recursing per level) do not
+    *["-" * 400, "not " * 400, "a." * 400, "[f(), ", "[f(a=", "1)]"],
     "true",
     "null",
     "None",
