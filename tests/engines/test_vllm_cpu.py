@@ -32,13 +32,9 @@ def model_path(tiny_model_path):
 def engine(model_path):
     from relay.engines.vllm import VLLMEngine
 
-    set_num_threads = torch.set_num_threads
     e = VLLMEngine(model_path, "float32")
     yield e
     e.shutdown()
-    # In process, vLLM-CPU replaces torch.set_num_threads with a no-op (it pins its OpenMP
-    # threads); give later test modules in this process the real one back.
-    torch.set_num_threads = set_num_threads
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +216,13 @@ def test_sleep_wake_are_noops_on_cpu(engine, prompts):
     engine.sleep()
     engine.wake()
     assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
+
+
+def test_the_process_keeps_torch_set_num_threads(engine):
+    """vLLM-CPU makes torch.set_num_threads a no-op in its process; a learner sharing the process
+    (colocated, or the next test module) must still set its thread count."""
+    assert torch.set_num_threads is torch._C.set_num_threads
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(threads)
