@@ -36,3 +36,47 @@ def tiny_model_path():
     from relay.models.shipped import shipped_model
 
     return str(shipped_model("tiny"))
+
+
+# Test files whose tests share the local Ray of `shared_ray` (filled once collection is done).
+SHARED_RAY_FILES: set = set()
+
+
+def pytest_collection_finish(session):
+    SHARED_RAY_FILES.update(item.path for item in session.items if "shared_ray" in item.fixturenames)
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One local Ray for consecutive test files that ask for it: starting one takes seconds (8 on a
+    busy 2-core machine) and most files need the same one, without the dashboard (about 1 GB).
+    Logical CPUs above the 2 cores: the synchronous loop's phases do not overlap. It stops before a
+    file that does not ask for it (one that starts its own Ray, or wants none) and at the end;
+    what a file leaves behind (named actors, placement groups) is removed after it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=6, include_dashboard=False, namespace="relay", log_to_driver=False)
+    yield
+    if ray.is_initialized():
+        from ray._raylet import PlacementGroupID
+        from ray.util.placement_group import PlacementGroup
+
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]))
+            except ValueError:  # gone since it was listed
+                pass
+        for pg_id, pg in ray.util.placement_group_table().items():
+            if pg["state"] != "REMOVED":
+                ray.util.remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield  # the test's fixtures first: a file's actors go before its Ray
+    if item.path in SHARED_RAY_FILES and (nextitem is None or nextitem.path not in SHARED_RAY_FILES):
+        import ray
+
+        ray.shutdown()
+    return result

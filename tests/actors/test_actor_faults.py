@@ -31,10 +31,7 @@ CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S = 10.0, 60.0
 
 
 @pytest.fixture(scope="module")
-def actors():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-faults", log_to_driver=False)
+def actors(shared_ray):
     cfg = load_config(
         REPO / "configs/math_tool.yaml",
         [
@@ -52,8 +49,6 @@ def actors():
     with actor_pools(cfg, resolve_model_path(cfg), "test-faults") as actors:
         sync_weights(actors, version=1)
         yield actors
-    if started:
-        ray.shutdown()
 
 
 def pid(handle) -> int:

@@ -64,16 +64,6 @@ def slow_learner():
     return SlowLearner
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-deadlines", log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def supervisor(lines: list) -> Supervisor:
     return Supervisor(60.0, log=lines.append, update_timeout_s=DEADLINE_S)
 
@@ -89,7 +79,7 @@ def is_dead(actor) -> bool:
     return not wait_restarted(actor, 5.0)
 
 
-def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(ray_local):
+def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(shared_ray):
     lines, learner = [], make()
     faults = supervisor(lines)
     faults.names = {learner._actor_id: "run/learner-0"}
@@ -115,7 +105,7 @@ def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(ra
     assert is_dead(learner)  # killed for good: not restarted despite its max_restarts
 
 
-def test_only_the_actors_of_the_calls_still_running_are_killed_every_rank_of_a_group(ray_local):
+def test_only_the_actors_of_the_calls_still_running_are_killed_every_rank_of_a_group(shared_ray):
     faults = supervisor([])
     critic, ranks = make(hang_in="none"), [make(), make()]
     learner = RankGroup(ranks)
@@ -126,7 +116,7 @@ def test_only_the_actors_of_the_calls_still_running_are_killed_every_rank_of_a_g
     ray.kill(critic)
 
 
-def test_a_lora_reference_hangs_in_its_learner_and_the_learner_is_killed(ray_local):
+def test_a_lora_reference_hangs_in_its_learner_and_the_learner_is_killed(shared_ray):
     faults, learner = supervisor([]), make(hang_in="compute_ref_logprobs")
     reference = LearnerAsReference(learner)
     with pytest.raises(ActorLost, match="reference logprobs"):
@@ -134,7 +124,7 @@ def test_a_lora_reference_hangs_in_its_learner_and_the_learner_is_killed(ray_loc
     assert is_dead(learner)
 
 
-def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(ray_local, tmp_path):
+def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(shared_ray, tmp_path):
     faults, learner = supervisor([]), make(hang_in="state")
     actors = SimpleNamespace(learner=learner, critic=None, faults=faults)
     with pytest.raises(ActorLost, match="checkpoint state"):

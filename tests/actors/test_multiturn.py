@@ -22,19 +22,10 @@ from relay.tools.calls import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"
-)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, namespace="relay-test-multiturn", log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = [
+    pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"),
+    pytest.mark.usefixtures("shared_ray"),
+]
 
 
 def math_cfg(*overrides):

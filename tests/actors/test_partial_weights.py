@@ -38,8 +38,7 @@ ENGINES = [
 
 
 @pytest.fixture(scope="module", params=ENGINES)
-def worker(request):
-    ray.init(num_cpus=3, include_dashboard=False, namespace="relay-test-partial", log_to_driver=False)
+def worker(request, shared_ray):
     cfg = load_config("configs/default.yaml", [*PARTIAL, f"rollout.engine={request.param}"])
     path, groups = str(shipped_model("tiny")), []
     (w,) = create_group(
@@ -55,7 +54,6 @@ def worker(request):
     ray.kill(w)
     for pg in groups:
         ray.util.remove_placement_group(pg)
-    ray.shutdown()
 
 
 def payload(seed: int) -> WeightPayload:

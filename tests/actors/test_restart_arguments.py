@@ -21,16 +21,10 @@ from relay.tools.sandbox import SandboxConfig, sandbox_available
 REPO = Path(__file__).resolve().parents[2]
 RAY_ERROR = "constructor arguments in the object store"
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"
-)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-restart-args", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = [
+    pytest.mark.skipif(not sandbox_available(SandboxConfig())[0], reason="the code sandbox cannot be built here"),
+    pytest.mark.usefixtures("shared_ray"),
+]
 
 
 def test_tool_task_actors_start_without_arguments_in_the_object_store(capfd):

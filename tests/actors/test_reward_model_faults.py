@@ -18,13 +18,6 @@ from relay.models.shipped import RM_NAME, shipped_model
 from relay.types import Sample
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="relay-rm-faults", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def samples() -> list[Sample]:
     rows = make_rows(6, 5, 2)
     return [
@@ -37,7 +30,7 @@ def samples() -> list[Sample]:
     ]
 
 
-def test_a_killed_reward_model_is_restarted_and_its_shard_scored_again(ray_session):
+def test_a_killed_reward_model_is_restarted_and_its_shard_scored_again(shared_ray):
     cfg = load_config(None, ["reward_model.path=tiny-rm", "reward_model.rule_weight=0"])
     groups: list = []
     make_args = lambda i: (cfg, str(shipped_model(RM_NAME)), i, 1)  # noqa: E731

@@ -10,12 +10,7 @@ import ray
 from actors.serializable import unpicklable
 from relay.types import Sample
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    ray.init(num_cpus=1, include_dashboard=False, namespace="relay-test-unpicklable", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("shared_ray")
 
 
 def checking_worker():

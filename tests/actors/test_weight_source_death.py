@@ -32,17 +32,7 @@ def loading_worker():
     return LoadingWorker
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-weight-source", log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-def test_a_learner_dead_while_making_the_weights_is_the_error_not_the_workers(ray_local):
+def test_a_learner_dead_while_making_the_weights_is_the_error_not_the_workers(shared_ray):
     learner = ray.remote(dying_learner()).options(num_cpus=0.1, name="weights-source/learner-0").remote()
     workers = [ray.remote(loading_worker()).options(num_cpus=0.1, max_restarts=1).remote() for _ in range(2)]
     lines: list[str] = []

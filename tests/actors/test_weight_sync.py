@@ -13,12 +13,7 @@ from actors.pools import actor_pools
 from actors.weights import sync_weights
 from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-weights", log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("shared_ray")
 
 
 def perturb(learner, seed: int) -> None:
