@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_an_agent_program_learns_through_the_endpoint(tmp_path, ray_session):
     overrides = [f"run.output_dir={tmp_path}", "logging.console=false", "checkpoint.save_hf_model=false"]
-    overrides += ["training.steps=20", "task.num_eval_rows=128"]
+    # 10 steps: +0.40 and +0.30 on two seeds (run.seed 0 and 1), twice the rise asserted
+    overrides += ["training.steps=10", "task.num_eval_rows=128"]
     summary = driver.train(load_config(REPO / "configs/agent.yaml", overrides))
     print(summary)
     # held-out: the agent program's own reward, greedy, on 128 held-out questions

@@ -18,9 +18,9 @@ from relay.run import metric_keys as keys
 REPO = Path(__file__).resolve().parents[2]
 COLOCATE = ["resources.colocate=true", "logging.console=false", "checkpoint.save_hf_model=false"]
 SMALL = ["training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4", "training.eval_before=false"]
-# 20 steps of the default task: separate actors gain +0.27 to +0.46 held-out accuracy (test_training.py's
-# RECIPE_STEPS); the same batches train the same way here.
-STEPS = 20
+# 10 steps of the default task: colocated, it gained +0.29 and +0.31 held-out accuracy on two seeds
+# (run.seed 0 and 1), as separate actors do (test_training.py's RECIPE_STEPS).
+STEPS = 10
 
 
 def run(tmp_path, overrides, resume=False):
