@@ -1,8 +1,8 @@
 """Run-tagged Ray metrics: they reach the node's Prometheus export (what the dashboard and Grafana
 read), and two real training steps give every one of them a value.
 
-Ray exports custom metrics about 10 s after they are recorded (its report interval), so the
-read-back polls, bounded by a deadline; no assertion is about time.
+Ray exports custom metrics up to its report interval after they are recorded (10 s by default,
+1 s on this module's Ray), so the read-back polls, bounded by a deadline; no assertion is about time.
 """
 
 from __future__ import annotations
@@ -57,7 +57,14 @@ def test_publish_without_ray_is_a_no_op():
 def ray_session():
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
     # Logical CPUs for a whole run's actors (the two-step test); the loop's phases do not overlap.
-    ray.init(num_cpus=4, include_dashboard=False, _temp_dir=temp_dir, namespace="relay-metrics-test")
+    # Metrics reach the export every second instead of every 10 s: each read-back waits about 1 s.
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        _temp_dir=temp_dir,
+        namespace="relay-metrics-test",
+        _system_config={"metrics_report_interval_ms": 1000},
+    )
     try:
         yield ray._private.worker.global_worker.node.get_session_dir_path()
     finally:

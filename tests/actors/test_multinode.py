@@ -59,6 +59,7 @@ def cluster():
                 "include_dashboard": False,
                 "temp_dir": temp_dir,
                 "dashboard_agent_listen_port": None,
+                "_system_config": {"metrics_report_interval_ms": 1000},  # the read-back waits 1 s, not 10
             },
         )
         nodes = {
@@ -118,7 +119,7 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
     assert summary["run_dir"].endswith("multinode")
 
     # The driver published each step as run-tagged Ray metrics: read them back from the export
-    # of the node the driver runs on (Ray reports them about every 10 s; bounded wait).
+    # of the node the driver runs on (Ray reports them every second here; bounded wait).
     port = next(n["MetricsExportPort"] for n in ray.nodes() if n["NodeID"] == ray.get_runtime_context().get_node_id())
     deadline, found = time.monotonic() + 30, {}
     while not found.get("ray_relay_steps_total") and time.monotonic() < deadline:
