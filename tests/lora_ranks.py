@@ -14,7 +14,7 @@ from relay.config import load_config
 from relay.config.role_settings import PolicySettings
 from relay.models.lora import engine_state_dict
 from relay.weights.transfer import full
-from tests.fsdp_ranks import SAVE_AFTER, STEPS, free_port, step_batch
+from tests.fsdp_ranks import SAVE_AFTER, STEPS, free_port, step_batch, the_ranks_forward
 from tests.fsdp_ranks import train as train_role
 
 OVERRIDES = [
@@ -72,7 +72,8 @@ def one_process(model_path: str, folder: Path, checkpoint: Path | None = None) -
 
     learner = Learner(PolicySettings.of(load_config(None, OVERRIDES)), model_path, num_threads=1)
     learner.model_path = model_path
-    if checkpoint is None:
-        return trained(learner, folder, range(1, STEPS + 1), save=False)
-    learner.load_shards(str(checkpoint))
-    return trained(learner, folder, range(SAVE_AFTER + 1, STEPS + 1), save=False)
+    with the_ranks_forward():
+        if checkpoint is None:
+            return trained(learner, folder, range(1, STEPS + 1), save=False)
+        learner.load_shards(str(checkpoint))
+        return trained(learner, folder, range(SAVE_AFTER + 1, STEPS + 1), save=False)

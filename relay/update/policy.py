@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from relay.types import Batch
 
@@ -31,10 +32,53 @@ def response_logits(model, batch: Batch) -> torch.Tensor:
     A causal LM that takes `logits_to_keep` (transformers' LMs do) projects only the response
     columns onto the vocabulary: on a chat model the prompt (system prompt, question) is most of
     the sequence, and the vocabulary projection of 49k-token vocabularies is a fifth of the
-    forward and backward, and most of their memory, per column."""
-    R = batch.responses.shape[1]
-    kwargs = {"logits_to_keep": R + 1} if keeps_logits(model) else {}
-    return _response_columns(model, batch, **kwargs).float()
+    forward and backward, and most of their memory, per column. Rows that share their prompt (a
+    GRPO group) run it once (shared_prompt_logits)."""
+    if not keeps_logits(model):
+        return _response_columns(model, batch).float()
+    shared = shared_prompt_logits(model, batch)
+    if shared is not None:
+        return shared.float()
+    return _response_columns(model, batch, logits_to_keep=batch.responses.shape[1] + 1).float()
+
+
+def shared_prompt_logits(model, batch: Batch) -> torch.Tensor | None:
+    """response_logits with each distinct prompt run once: [B,R,V], or None for one-token prompts
+    and for models whose backward cannot follow two forwards: one that recomputes activations
+    (gradient checkpointing), and an FSDP2 rank's, which frees each layer's gathered weights after
+    that layer's first backward.
+
+    The distinct prompts but their last token go through the model as one batch; their key/value
+    cache is repeated to the rows that carry them, and each row's last prompt token and its
+    response run against it, as the columns that predict the response. Gradients flow back through
+    the repeated cache into the one prompt pass, so the loss and every gradient are those of the
+    full pass, up to float summation order. A group of n samples costs one prompt and n responses
+    instead of n prompts: on a chat model's GRPO batch, where the prompt is most of each row, the
+    update's forward and backward shrink by about that share. Every batch takes the two passes,
+    whether or not its rows share prompts."""
+    P = batch.prompt_width
+    if P < 2 or getattr(model, "is_gradient_checkpointing", False) or isinstance(model, FSDPModule):
+        return None
+    head = P - 1  # prompts are left-padded: column P-1 holds every row's last prompt token
+    rows = torch.cat([batch.prompts, batch.attention_mask[:, :P], batch.position_ids[:, :P]], dim=1)
+    distinct, prompt_of_row = torch.unique(rows, dim=0, return_inverse=True)
+    prefix = model(
+        input_ids=distinct[:, :head],
+        attention_mask=distinct[:, P : P + head],
+        position_ids=distinct[:, 2 * P : 2 * P + head],
+        use_cache=True,
+        logits_to_keep=1,  # none is read; the cache is what this pass is for
+    )
+    cache = prefix.past_key_values
+    cache.batch_select_indices(prompt_of_row)
+    columns = model(
+        input_ids=batch.input_ids[:, head:-1],  # the last response token predicts nothing the loss reads
+        attention_mask=batch.attention_mask[:, :-1],
+        position_ids=batch.position_ids[:, head:-1],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return columns.logits
 
 
 def keeps_logits(model) -> bool:
