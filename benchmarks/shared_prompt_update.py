@@ -75,7 +75,8 @@ def main() -> int:
     seconds: dict[str, list[float]] = {"full": [], "shared": []}
     largest = 0.0
     for k in range(args.rounds + 1):  # round 0 warms up
-        batch = step_batch(cfg, tokenizer, (rows * (k + 1) * per_step)[k * per_step : (k + 1) * per_step], seed=k)
+        step_rows = [rows[(k * per_step + i) % len(rows)] for i in range(per_step)]
+        batch = step_batch(cfg, tokenizer, step_rows, seed=k)
         out = {}
         for name in ("full", "shared") if k % 2 == 0 else ("shared", "full"):
             elapsed, out[name] = forward_backward(model, batch, micro, shared=name == "shared")
