@@ -30,6 +30,7 @@ from relay.endpoint.fence import FencedEngine
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
+from relay.fault_points import hit
 from relay.models.loading import load_tokenizer
 from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
 from relay.types import Batch, Sample
@@ -80,6 +81,7 @@ class ColocatedWorker(RelayActor):
 
     def use_trained_weights(self, version: int) -> None:
         """The engine already generates from the trained module; tag its weights `version`."""
+        hit("weights.load.colocated")
         self.worker.engine.set_weight_version(version)
         self.worker.weights_version = version
 

@@ -16,6 +16,7 @@ from relay.algos.objective import critic_objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
 from relay.checkpoint.dcp import load_shards, save_shards
 from relay.config.role_settings import CriticSettings
+from relay.fault_points import hit
 from relay.models.loading import DTYPES, actor_device, import_transformers
 from relay.models.resolve import model_folder
 from relay.types import Batch, Sample
@@ -63,6 +64,7 @@ class Critic(UpdatingRankGroupMember):
     @torch.no_grad()
     def compute_values(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """Values of every row; a rank group's ranks each compute their rows, rank 0 returns them all."""
+        hit("critic.forward")
         batch = as_batch(step)
         share, has_rows = share_rows(batch) if self.ranks.sharded else (batch, True)
         share = share.to(self.device)

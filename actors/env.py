@@ -14,6 +14,7 @@ from relay.endpoint.samples import AgentOutcome
 from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
+from relay.fault_points import hit
 from relay.types import Sample
 
 
@@ -29,12 +30,14 @@ class EnvPool(RelayActor):
         self.scorer = Scorer(resolve_dotted(task.reward_fn_path), self.envs)
 
     def reset(self, episode_ids: list[str], rows: list[dict]) -> list[ResetResult]:
+        hit("env.reset")
         results = self.envs.reset(episode_ids, rows)
         self.calls += len(results)
         self.errors += sum(r.error is not None for r in results)
         return results
 
     def step(self, episode_ids: list[str], actions: list[str]) -> list[StepResult]:
+        hit("env.step")
         results = self.envs.step(episode_ids, actions)
         self.calls += len(results)
         self.errors += sum(r.error is not None for r in results)

@@ -20,6 +20,7 @@ from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config.resolved import UPDATE_FORWARD
 from relay.config.role_settings import PolicySettings
+from relay.fault_points import hit
 from relay.models.loading import actor_device, load_model
 from relay.models.lora import (
     adapters_disabled,
@@ -62,6 +63,7 @@ class Reference(RankGroupMember):
         self.ranks = RankMember()
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
+        hit("reference.forward")
         self.batches += 1
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
@@ -114,6 +116,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
 
     def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """With LoRA, the reference policy: the base model, adapters switched off (no Reference actor)."""
+        hit("reference.forward")
         with adapters_disabled(self.model):
             return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
@@ -122,6 +125,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         `inputs`: the reference's logprobs, the critic's values, old logprobs, kl_coef), then the update.
         Returns the update's metrics and the batch's (reward/mean, ...). A Batch already prepared by
         the caller (tests, benchmarks) is trained on as it is."""
+        hit("learner.update")
         if isinstance(step, Batch):
             return self._update(step)
         batch, metrics = prepare_batch(step, self.settings.algorithm, **inputs)
@@ -184,6 +188,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG.
         `as_bytes`: each group as its safetensors file's bytes (the driver writes them without torch)."""
+        hit("checkpoint.write")
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in trainable_state_dict(self.model).items()}
@@ -205,6 +210,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.updates = meta.get("updates", 0)  # checkpoints written before it was saved: unknown, 0
 
     def save_shards(self, folder: str) -> None:
+        hit("checkpoint.write")
         extra = {"rng": capture_rng(), "lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
         save_shards(folder, self.model, self.optimizer, extra)
 

@@ -24,13 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, raised_line, wait_restarted
 from actors.weights import start_weight_sync
 from relay.config import Config
 from relay.envs.data import PromptIterator
 from relay.failures import ActorLost
+from relay.fault_points import hit
 from relay.run import metric_keys as keys
 from relay.run.folder import merge_rollout_metrics
 from relay.run.pipeline import Group, GroupBuffer
@@ -151,6 +152,10 @@ class RolloutProducer:
             faults.count("actor_errors")
             self._recover(call, type(e).__name__)
             return self._redo(call, "the worker died under it")
+        except RayTaskError as e:  # the call raised in relay's code; the worker lives: redone on it
+            del self.calls[stream]
+            faults.count("call_errors")
+            return self._redo(call, f"it raised {raised_line(e)}")
         if any(self._wrong_version(s, call) for s in samples):
             # a replacement ran it on the weights it was built with, before they were re-sent (the
             # rest of its stream too: it is left unread)
@@ -207,6 +212,7 @@ class RolloutProducer:
 
     def take(self) -> tuple[list[Sample], dict[str, float]]:
         """The next step's samples: waits (learner idle) until enough groups are finished."""
+        hit("producer.queue")
         dropped = 0
         while True:
             self._receive_finished()  # older groups already back must be in the buffer before it picks

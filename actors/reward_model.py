@@ -18,6 +18,7 @@ from relay.config import Config, resolve_dotted
 from relay.config.validate_reward_model import takes_rm_score
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
+from relay.fault_points import hit
 from relay.rewards.reward_model import RunningMeanStd, combine, score_metrics
 from relay.types import Sample
 
@@ -37,6 +38,7 @@ class RewardModel(RelayActor):
 
     def score(self, samples: list[Sample]) -> tuple[list[float | None], list[str | None]]:
         """One score per sample (None where it has none) and why it has none (None where it has one)."""
+        hit("reward.model")
         scores, errors = self.scorer.score(samples)
         self.calls, self.errors = self.calls + len(samples), self.errors + sum(e is not None for e in errors)
         return scores, errors

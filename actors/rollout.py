@@ -37,6 +37,7 @@ from relay.envs.data import row_messages
 from relay.envs.demonstrations import supervised_sample
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
+from relay.fault_points import hit
 from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolResult
@@ -188,6 +189,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
     def rollout(
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
+        hit("rollout.generate")
         start, idle = self._begin()
         samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes())
         samples = self._serializable(samples)
@@ -207,6 +209,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         rollout.partial: `version`, the weights the call was made on; it starts on them or newer."""
         if self.staged is not None and version is not None and not (self.life and self.staged.stages == 0):
             self.staged.wait_for(version, CALL_WEIGHTS_WAIT_S)
+        hit("rollout.generate")
         start, idle = self._begin()
         for group in self.agent.stream(
             rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes()

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryError, RayActorError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
@@ -52,17 +52,13 @@ ATTEMPTS_PER_CALL = 4
 #   restarts        replacements a caller waited for and used (each time one came back)
 #   retried_shards  rollout shards redone (same prompts, same seed) on a replacement
 #   retried_calls   other calls redone (tool batches, scoring, weight loads)
+#   call_errors     calls that raised in relay's own code (not a user's environment or reward: those
+#                   are counted data); redone on the same actor, which is alive
 #   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
 #   unserializable_samples  episodes a rollout worker could not pickle, returned as failed-sample
 #                   records (actors/serializable.py) instead of failing the rollout's return
-FAULT_COUNTS = (
-    "actor_errors",
-    "timeouts",
-    "restarts",
-    "retried_shards",
-    "retried_calls",
-    "duplicated_samples",
-    "unserializable_samples",
+FAULT_COUNTS = tuple(
+    "actor_errors timeouts restarts retried_shards retried_calls call_errors duplicated_samples unserializable_samples".split()
 )
 
 
@@ -159,6 +155,11 @@ class Supervisor:
                 except RayActorError as e:
                     self.count("actor_errors")
                     self._recover(call, attempt, type(e).__name__)
+                except RayTaskError as e:
+                    self.count("call_errors")
+                    self.log(f"relay: fault: {call.what} raised {raised_line(e)}; redoing it")
+                    if attempt >= ATTEMPTS_PER_CALL:
+                        raise ActorLost(f"{call.what} raised {attempt} times in a row: {raised_line(e)}") from None
                 if attempt >= ATTEMPTS_PER_CALL:
                     raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
                 attempt += 1
@@ -373,11 +374,15 @@ class actor_loss_stops:
             raise ActorLost(str(lost), self.run_dir) from exc
         if exc_type is not None and issubclass(exc_type, RayActorError):
             raise ActorLost(actor_error_line(exc), self.run_dir) from exc
-        if exc_type is not None and issubclass(
-            exc_type, OutOfMemoryError
-        ):  # Ray's memory monitor killed a call's worker
+        if exc_type is not None and issubclass(exc_type, OutOfMemoryError):  # Ray's memory monitor killed a call's worker
             raise ActorLost(f"killed for memory: {str(exc).strip().splitlines()[0][:300]}", self.run_dir) from exc
         return False
+
+
+def raised_line(error: RayTaskError) -> str:
+    """What a remote call raised, in one line: the exception's type and message, not Ray's traceback."""
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"[:300]
 
 
 def actor_error_line(error: RayActorError) -> str:

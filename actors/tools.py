@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from actors.plumbing import RelayActor
 from relay.config import SandboxConfig, ToolServerConfig
+from relay.fault_points import hit
 from relay.tools.calls import ToolCall
 from relay.tools.registry import PythonTool, ToolRegistry, ToolResult
 from relay.tools.sandbox import make_runner
@@ -57,6 +58,7 @@ class ToolExecutor(RelayActor):
 
     def run_batch(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run calls in parallel (at most max_workers at once); results in call order. Never raises."""
+        hit("tool.call")
         results = list(self._pool.map(self.registry.call, calls))
         self.calls, self.errors = self.calls + len(results), self.errors + sum(not r.ok for r in results)
         return results

@@ -10,6 +10,7 @@ import time
 import torch
 
 from actors.plumbing import member_host, store_host
+from relay.fault_points import hit
 from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
@@ -104,6 +105,7 @@ class ReceivesWeights:
 
     def _load(self, weights: WeightPayload, version: int) -> float:
         """Load the payload the learner put in the object store."""
+        hit("weights.load.object_store")
         start = time.perf_counter()
         self.engine.update_weights(weights.tensors(), version)
         return time.perf_counter() - start
@@ -112,6 +114,7 @@ class ReceivesWeights:
         """Copy `version` from the shared-memory buffer into the engine."""
         if self.shared_weights is None:  # e.g. a restarted worker: the buffers' names are gone, it cannot map them
             raise RuntimeError("this rollout worker has not mapped the learner's shared-memory weights")
+        hit("weights.load.shared_memory")
         start = time.perf_counter()
         self.engine.update_weights(self.shared_weights.read(version), version)
         self.shared_weights.check(version)  # not overwritten while we copied
@@ -119,6 +122,7 @@ class ReceivesWeights:
 
     def _receive(self, version: int) -> float:
         """Load the broadcast into the engine as it arrives."""
+        hit("weights.load.broadcast")
         start = time.perf_counter()
         weights = self.weight_group.receive(self.weight_plan)
         try:

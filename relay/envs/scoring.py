@@ -22,6 +22,7 @@ from dataclasses import replace
 from relay.envs.base import EnvRunner
 from relay.envs.trajectory import reward_caller, reward_value
 from relay.failures import print_failure
+from relay.fault_points import hit
 from relay.types import Sample
 
 
@@ -34,6 +35,7 @@ class Scorer:
 
     def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
         """One reward per sample (0.0 where it failed), why it failed (None where it did not), metrics."""
+        hit("reward.function")
         rewards, errors = [], []
         for s in samples:
             env, reuse = self.envs.finished(s.meta.get("episode_id", "")) if self.envs else (None, False)
