@@ -41,7 +41,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryEr
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
-from relay.failures import ActorLost
+from relay.failures import ActorLost, CallRaised
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
 ATTEMPTS_PER_CALL = 4
@@ -173,7 +173,12 @@ class Supervisor:
     def get(self, refs, handles, what: str, long: bool = False):
         """ray.get(refs) within the deadline (`long`: resources.update_timeout_s, else call_timeout_s)."""
         self.wait(refs, handles, what, long)
-        return ray.get(refs)
+        try:
+            return ray.get(refs)
+        except RayTaskError as e:  # their state is the run's: it stops, resumable, as if they had died
+            if isinstance(getattr(e, "cause", e), ActorLost):
+                raise
+            raise CallRaised(f"{what} raised {raised_line(e)}") from None
 
     def wait(self, refs, handles, what: str, long: bool = False) -> None:
         """Wait until `refs` (one ref, or a list made by `handles`, one handle each) are done, without
@@ -371,7 +376,7 @@ class actor_loss_stops:
         if exc_type is not None and issubclass(exc_type, ActorLost):
             # raised in an actor (a rollout worker whose pool is gone), Ray's error wraps it as `cause`
             lost = getattr(exc, "cause", exc)
-            raise ActorLost(str(lost), self.run_dir) from exc
+            raise type(lost)(str(lost), self.run_dir) from exc
         if exc_type is not None and issubclass(exc_type, RayActorError):
             raise ActorLost(actor_error_line(exc), self.run_dir) from exc
         if exc_type is not None and issubclass(exc_type, OutOfMemoryError):  # Ray's memory monitor killed a call's worker

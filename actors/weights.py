@@ -21,8 +21,9 @@ import secrets
 import time
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import Call, role_actors
+from actors.supervision import PING_S, Call, role_actors
 from relay.failures import ActorLost
 
 WEIGHT_LANE = "weights"  # rollout.partial: the rollout workers' concurrency group for weight calls
@@ -104,7 +105,11 @@ def sync_weights(actors, version: int) -> float:
         return 0.0
     if actors.weight_broadcast:  # one collective: the learner and every worker (not restarted) at once
         learner_refs, loads = start_weight_sync(actors, version)
-        faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")
+        try:
+            faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")
+        except RayTaskError:  # a member left the collective under the others: its loss is the cause
+            raise_lost_member(workers, "weight broadcast")
+            raise
         return time.perf_counter() - start
     written, shared = _shared_memory_write(actors, version)
     weights = learner.get_weights.remote() if not all(shared) else None  # put once, read by each
@@ -122,6 +127,17 @@ def sync_weights(actors, version: int) -> float:
         faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
         raise
     return time.perf_counter() - start
+
+
+def raise_lost_member(workers: list, what: str) -> None:
+    """ActorLost naming the first rollout worker that is gone (a broadcast group's member is not
+    restarted: a replacement could not rejoin it), so the run stops with its one line and
+    resources.auto_resume goes on; nothing when every worker still answers."""
+    for i, worker in enumerate(workers):
+        try:
+            ray.get(worker.__ray_ready__.remote(), timeout=PING_S)
+        except (RayActorError, GetTimeoutError) as e:
+            raise ActorLost(f"rollout-{i} was lost in the {what} ({type(e).__name__})") from None
 
 
 def _load_call(faults, i: int, worker, shared: bool, written, version: int) -> Call:

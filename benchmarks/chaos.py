@@ -1,11 +1,13 @@
 """Chaos: training goes on while rollout workers, environment pools and tool executors die and hang.
 
-    python benchmarks/chaos.py [--tasks default tool] [--steps 12] [--every 3] [--mode sync|async]
+    python benchmarks/chaos.py [--tasks default tool] [--steps 12] [--every 3] [--mode sync|async] [--seed 0]
+    python benchmarks/chaos.py --matrix [--points P ...] [--kinds K ...] [--modes M ...] [--layouts L ...]
 
 Per task, an undisturbed run, then the same run (same seeds) while, every `every` steps, a fault
-hits a restartable actor (each role in turn, a random actor of it) at a random moment of the next step: `ray.kill` (restart
-allowed) and SIGKILL of its process in turn; the first fault of the run is a hang (SIGSTOP of
-the process), which only the call deadline finds. One line per run: steps completed, faults
+hits a restartable role (each role in turn) at a random one of its fault points
+(relay/fault_points.py), in the next step: `ray.kill` (restart allowed) and SIGKILL of its
+process in turn; the first fault of the run is a hang (SIGSTOP of the process), which only the
+call deadline finds. `--seed` picks the points and seeds both runs. One line per run: steps completed, faults
 injected, restarts (Ray's count for the run's actors), shards and calls redone, deadlines that
 fired, duplicated samples and lost steps (both must be 0), and the final held-out accuracy next
 to the undisturbed run's. Since a redone shard samples exactly what the lost call would have
@@ -17,6 +19,10 @@ queued on the workers while the learner trains, a hung worker is found by the pr
 per-worker deadline, and duplicated samples also counts a group trained at two steps. Rewards
 depend on timing in async mode, so `same rewards` is not printed.
 
+`--matrix` runs the fault matrix instead (relay_trainer/fault_matrix.py): one short run per cell
+(fault point x kind x training.mode x layout x weight transport, filtered by the options), all
+seeded `--seed`, one line per cell, then the passed counts by mode and layout.
+
 default: configs/default.yaml (2-digit addition), 2 rollout workers, 2 env pools.
 tool:    configs/math_tool.yaml (sandboxed Python tool calls, environment steps), 2 rollout
          workers, 2 env pools, 2 tool executors (needs bubblewrap for the sandbox).
@@ -25,12 +31,9 @@ tool:    configs/math_tool.yaml (sandboxed Python tool calls, environment steps)
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import signal
 import sys
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -42,6 +45,7 @@ import driver  # noqa: E402
 from actors import steps as driver_steps  # noqa: E402
 from actors.producer import RolloutProducer  # noqa: E402
 from relay.config import load_config  # noqa: E402
+from relay.fault_points import arm_run, disarm  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {
@@ -64,6 +68,16 @@ COMMON = [
 ROLES = ("rollout", "env", "tools")
 
 
+# The fault points of each restartable role (relay/fault_points.py); the tool task's rewards are
+# computed in its environment pools, the default task's in its rollout workers.
+ROLE_POINTS = {
+    "rollout": ("rollout.generate", "weights.load.shared_memory"),
+    "env": ("env.reset", "env.step", "reward.function"),
+    "tools": ("tool.call",),
+}
+TASK_ROLES = {"default": ("rollout",), "tool": ROLES}
+
+
 def run_actors(run_name: str) -> list[dict]:
     """The run's restartable actors as Ray's GCS lists them (name, pid, state, restarts)."""
     from ray._private import state  # the GCS actor table: pids and restart counts without the dashboard
@@ -72,40 +86,30 @@ def run_actors(run_name: str) -> list[dict]:
     return [a for a in table if a["Name"].startswith(f"{run_name}/") and a["Name"].split("/")[1].startswith(ROLES)]
 
 
-def role_of(actor: dict) -> str:
-    return actor["Name"].split("/")[1].rsplit("-", 1)[0]
-
-
 class Chaos:
-    """Injects the faults from a timer thread, so they land inside a step's calls, not between them."""
+    """Every `every` steps, arms one fault at a random point of the next role in turn: it happens
+    at the first call of the next step to reach that point (in whichever actor gets there first),
+    so it always lands inside a step, however short the steps are."""
 
-    def __init__(self, run_name: str, every: int, rng: random.Random):
-        self.run_name, self.every, self.rng = run_name, every, rng
-        self.faults: Counter[str] = Counter()
-        self.timers: list[threading.Timer] = []
+    def __init__(self, run_name: str, task: str, every: int, rng: random.Random, token_dir: Path):
+        self.run_name, self.roles, self.every, self.rng = run_name, TASK_ROLES[task], every, rng
+        self.token_dir, self.armed = token_dir, []
 
     def after_step(self, step: int, steps: int) -> None:
-        if self.every and step % self.every == 0 and step < steps:
-            timer = threading.Timer(self.rng.uniform(0.0, 1.5), self.inject)
-            timer.start()
-            self.timers.append(timer)
-
-    def inject(self) -> None:
-        alive = [a for a in run_actors(self.run_name) if a["State"] == "ALIVE" and a["Pid"]]
-        if not alive:
+        if not (self.every and step % self.every == 0 and step < steps):
             return
-        roles = [r for r in ROLES if any(role_of(a) == r for a in alive)]
-        role = roles[sum(self.faults.values()) % len(roles)]  # each role in turn; a random actor of it
-        target = self.rng.choice(sorted((a for a in alive if role_of(a) == role), key=lambda a: a["Name"]))
-        kind = "hang" if not self.faults else ("ray.kill", "SIGKILL")[sum(self.faults.values()) % 2]
-        print(f"chaos: {kind} {target['Name']} (pid {target['Pid']})", flush=True)
-        if kind == "hang":
-            os.kill(target["Pid"], signal.SIGSTOP)
-        elif kind == "SIGKILL":
-            os.kill(target["Pid"], signal.SIGKILL)
-        else:
-            ray.kill(ray.get_actor(target["Name"], namespace="relay"), no_restart=False)
-        self.faults[kind] += 1
+        n = len(self.armed)
+        role = self.roles[n % len(self.roles)]
+        point = self.rng.choice(ROLE_POINTS[role])
+        kind = "hang" if not n else ("ray_kill", "sigkill")[n % 2]
+        token = arm_run(self.run_name, point, kind, self.token_dir, slow_s=0.0)
+        print(f"chaos: {kind} at {point} ({role}), armed after step {step}", flush=True)
+        self.armed.append((kind, token))
+
+    @property
+    def faults(self) -> Counter:
+        """The faults that happened (an armed point the run never reached again did not)."""
+        return Counter(kind for kind, token in self.armed if token.exists())
 
 
 def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: int = 0) -> dict:
@@ -114,9 +118,10 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
     pipeline = ["training.mode=async", "training.max_staleness=1"] if mode == "async" else []
     cfg = load_config(
         REPO / config,
-        [*overrides, *COMMON, *pipeline, f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}"],
+        [*overrides, *COMMON, *pipeline, f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}"]
+        + [f"run.seed={seed}"],
     )
-    chaos = Chaos(name, every, random.Random(seed))
+    chaos = Chaos(name, task, every, random.Random(seed), out)
     rewards, optimizer_steps, faults, batches = [], 0.0, Counter(), []
     original_rollout, original_take = driver_steps.rollout, RolloutProducer.take
 
@@ -146,8 +151,7 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
         print(f"chaos: the run stopped: {type(e).__name__}: {e}", flush=True)
     finally:
         driver_steps.rollout, RolloutProducer.take = original_rollout, original_take
-        for timer in chaos.timers:
-            timer.cancel()
+        disarm()
         restarts = sum(a["NumRestarts"] for a in run_actors(name)) if ray.is_initialized() else 0
     duplicated = sum(len(keys) - len(set(keys)) for keys in batches)
     if mode == "async":  # group ids run on over the steps
@@ -171,18 +175,39 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
     )
 
 
+def matrix(args) -> None:
+    from relay_trainer.fault_matrix import all_cells, run_cells
+
+    chosen = dict(point=args.points, kind=args.kinds, mode=args.modes, layout=args.layouts)
+    cells = [c for c in all_cells() if all(not v or getattr(c, k) in v for k, v in chosen.items())]
+    print(f"chaos: {len(cells)} cells", flush=True)
+    outcomes = run_cells(cells, seed=args.seed)
+    table = Counter()
+    for o in outcomes:
+        table[(o.cell.mode, o.cell.layout, "passed")] += o.passed()
+        table[(o.cell.mode, o.cell.layout, "total")] += 1
+    for mode, layout in sorted({(m, lay) for m, lay, _ in table}):
+        print(f"chaos matrix {mode}/{layout}: {table[(mode, layout, 'passed')]}/{table[(mode, layout, 'total')]} passed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--every", type=int, default=3, help="steps between faults")
     parser.add_argument("--mode", default="sync", choices=["sync", "async"], help="training.mode of both runs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--matrix", action="store_true", help="the fault matrix, one line per cell")
+    for option in ("points", "kinds", "modes", "layouts"):
+        parser.add_argument(f"--{option}", nargs="*", default=[], help="--matrix: only these")
     args = parser.parse_args()
+    if args.matrix:
+        return matrix(args)
     with tempfile.TemporaryDirectory(prefix="relay-chaos-") as out:
         lines = []
         for task in args.tasks:
-            calm = run(task, args.steps, 0, Path(out), args.mode)
-            chaos = run(task, args.steps, args.every, Path(out), args.mode)
+            calm = run(task, args.steps, 0, Path(out), args.mode, args.seed)
+            chaos = run(task, args.steps, args.every, Path(out), args.mode, args.seed)
             same = "" if args.mode == "async" else f"same rewards {chaos['rewards'] == calm['rewards']}, "
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(chaos["kinds"].items()))
             lines.append(

@@ -35,6 +35,11 @@ class ActorLost(RunFailed):
         self.run_dir = run_dir
 
 
+class CallRaised(ActorLost):
+    """A call of the learner, reference, critic or colocated worker raised: their state may be
+    half-changed, so the run stops as for a lost learner (last checkpoint, resumable)."""
+
+
 def step_failures(samples: list[Sample]) -> dict[str, float]:
     """env/errors: episodes the environment ended by raising; reward/errors is counted by the scorer."""
     return {"env/errors": float(sum(s.finish_reason == FinishReason.ENV_ERROR for s in samples))}

@@ -70,7 +70,12 @@ class Cell:
         return POINT_TASK.get(self.point, "default")
 
     def stops_by_design(self) -> bool:
-        return self.point in STOPS_BY_DESIGN or (self.layout == "colocated" and self.point == "rollout.generate")
+        """Its fault stops the run, which auto_resume resumes: the colocated worker is the learner."""
+        return self.point in STOPS_BY_DESIGN or self.layout == "colocated"
+
+    def ends_the_run(self) -> bool:
+        """An exception in the driver's own loop ends the run (the driver is the run; --resume goes on)."""
+        return self.point == "producer.queue" and self.kind == "exception"
 
 
 @dataclass
@@ -87,6 +92,8 @@ class Outcome:
     same_rewards: bool | None = None
 
     def passed(self) -> bool:
+        if self.cell.ends_the_run():
+            return self.fired and "InjectedFault" in self.error
         in_place = self.resumed == 0 or self.cell.stops_by_design()
         complete = self.steps == STEPS and not self.duplicated and not self.missing_groups
         return not self.error and self.fired and complete and in_place and self.same_rewards is not False
@@ -131,7 +138,7 @@ def all_cells() -> list[Cell]:
     return [c for c in cells if applies(c)]
 
 
-def cell_config(cell: Cell, out: Path, name: str, faulty: bool):
+def cell_config(cell: Cell, out: Path, name: str, faulty: bool, seed: int = 0):
     config, task = TASKS[cell.task]
     overrides = [
         *task,
@@ -146,6 +153,7 @@ def cell_config(cell: Cell, out: Path, name: str, faulty: bool):
         "logging.console=false",
         f"run.output_dir={out}",
         f"run.name={name}",
+        f"run.seed={seed}",
         f"training.mode={cell.mode}",
         "resources.rollout.count=2" if cell.layout == "separate" else "resources.colocate=true",
         "resources.max_restarts=-1",
@@ -200,12 +208,12 @@ def object_store_only(on: bool):
         pools.open_shared_memory = original
 
 
-def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print) -> Outcome:
+def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 0) -> Outcome:
     """One run of the cell's configuration; with `faulty`, the fault is armed after step ARM_AFTER."""
     from relay_trainer.loop import train
 
     name = f"cell-{abs(hash((cell, faulty, out))) % 10**8}"
-    cfg = cell_config(cell, out, name, faulty)
+    cfg = cell_config(cell, out, name, faulty, seed)
     outcome, batches, tokens = Outcome(cell), {}, []
     rewards: dict[int, float] = {}
 
@@ -213,14 +221,14 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print) -> Outcome:
         rewards[step] = metrics["reward/mean"]
         outcome.faults.update({k: v for k, v in metrics.items() if k.startswith("faults/")})
         if faulty and step == ARM_AFTER and not tokens:
-            slow_s = (ROLLOUT_TIMEOUT_S if cell.point == "rollout.generate" else CALL_TIMEOUT_S) + 10
-            tokens.append(arm_run(name, cell.point, cell.kind, out, slow_s=slow_s))
+            # slow: past every deadline the point can be under (a rollout shard's, an update's)
+            tokens.append(arm_run(name, cell.point, cell.kind, out, slow_s=ROLLOUT_TIMEOUT_S + 5))
 
     def run(c, resume=False):
         return train(c, resume=resume, report=report)
 
     def named(run_name):
-        return cell_config(cell, out, run_name, faulty)
+        return cell_config(cell, out, run_name, faulty, seed)
 
     resumes = []
     with recorded_batches(batches), object_store_only(cell.transport == "object_store"):
@@ -247,17 +255,18 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print) -> Outcome:
     return outcome
 
 
-def run_cells(cells: list[Cell], log=print) -> list[Outcome]:
-    """Each cell's run (and, in sync mode, its configuration's undisturbed run once) on one Ray."""
+def run_cells(cells: list[Cell], log=print, seed: int = 0) -> list[Outcome]:
+    """Each cell's run (and, in sync mode, its configuration's undisturbed run once) on one Ray,
+    every run seeded `seed` (run.seed)."""
     baselines: dict = {}
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="relay-faults-") as tmp:
         for cell in cells:
-            outcome = run_cell(cell, Path(tmp), log=log)
+            outcome = run_cell(cell, Path(tmp), log=log, seed=seed)
             if cell.mode == "sync" and not outcome.error:
                 key = (cell.task, cell.layout, cell.transport)
                 if key not in baselines:
-                    baselines[key] = run_cell(cell, Path(tmp), faulty=False, log=log).rewards
+                    baselines[key] = run_cell(cell, Path(tmp), faulty=False, log=log, seed=seed).rewards
                 outcome.same_rewards = outcome.rewards == baselines[key]
             log(outcome.line())
             outcomes.append(outcome)

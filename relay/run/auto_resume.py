@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relay.checkpoint.atomic import latest_checkpoint
-from relay.failures import ActorLost, RunFailed
+from relay.failures import ActorLost, CallRaised, RunFailed
 from relay.run.stop import resume_command
 
 
@@ -24,7 +24,8 @@ def lost_line(lost: ActorLost, argv: list[str], program: str = "driver.py") -> s
     ckpt = latest_checkpoint(run_dir / "checkpoints") if run_dir is not None else None
     saved = f"last complete checkpoint {ckpt}" if ckpt else "no checkpoint yet (resuming starts over)"
     resume = resume_command(argv, run_dir, program) if run_dir is not None else "(the run folder was not made yet)"
-    return f"an actor died: {lost}; {saved}; resume: {resume}"
+    what = "a call failed" if isinstance(lost, CallRaised) else "an actor died"
+    return f"{what}: {lost}; {saved}; resume: {resume}"
 
 
 def train_with_auto_resume(
