@@ -17,7 +17,7 @@ from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor
-from actors.weights import WEIGHT_LANE, broadcast_backend, open_broadcast, open_shared_memory, uses_broadcast
+from actors.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.config.validate_pipeline import is_sharded
@@ -286,7 +286,7 @@ class Actors:
     critic: object | None = None
     reward_model: RewardModelPool | None = None  # reward_model.path: RewardModel actors (actors/reward_model.py)
     rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
-    weight_broadcast: bool = False  # weights reach the rollout workers by collective broadcast (actors/weights.py)
+    weight_broadcast: BroadcastGroup | None = None  # weights reach the rollout workers by collective broadcast
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
     colocated: bool = False  # resources.colocate: learner and rollout[0] are one ColocatedWorker
     weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (actors/weights.py)
@@ -317,8 +317,10 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     policy = PolicySettings.of(cfg)  # what the learner and the reference read of the config
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
-    # A restarted rollout worker could not rejoin a broadcast weight group: with one, rollout workers are not restarted.
-    restarts, rollout_restarts = res.max_restarts, 0 if uses_broadcast(res) else res.max_restarts
+    # With a broadcast weight group, a restarted rollout worker rejoins a re-formed group at the next
+    # sync (actors/weights.py); the producer's overlapped syncs cannot re-form it: not restarted there.
+    overlapped_broadcast = uses_broadcast(res) and cfg.training.mode != "sync"
+    restarts, rollout_restarts = res.max_restarts, 0 if overlapped_broadcast else res.max_restarts
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
@@ -385,8 +387,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                     handle.join(rank_backend(getattr(res, role)))
         # Colocated: one module, nothing to send (sync_weights only bumps the version).
         if uses_broadcast(res) and not actors.colocated:
-            open_broadcast(actors.learner, actors.rollout, broadcast_backend(res), tag=run_name)
-            actors.weight_broadcast = True
+            actors.weight_broadcast = BroadcastGroup(broadcast_backend(res), run_name)
+            actors.weight_broadcast.form(actors.learner, actors.rollout)
         elif not actors.colocated:
             actors.shared_weights = open_shared_memory(actors.learner, actors.rollout, tag=run_name)
         yield actors

@@ -105,6 +105,7 @@ class Supervisor:
         # rollout workers hold, re-sent through the object store to one that restarted
         self.weights: tuple[object, int] | None = None
         self.restarted_workers: set = set()  # their shared-memory buffers are gone: object store from now on
+        self.worker_restarts = 0
         self.counts: Counter[str] = Counter()
         self.totals: Counter[str] = Counter()
         self.log = log or (lambda line: print(line, flush=True))
@@ -176,9 +177,8 @@ class Supervisor:
         try:
             return ray.get(refs)
         except RayTaskError as e:  # their state is the run's: it stops, resumable, as if they had died
-            if isinstance(getattr(e, "cause", e), ActorLost):
-                raise
-            raise CallRaised(f"{what} raised {raised_line(e)}") from None
+            lost = isinstance(getattr(e, "cause", e), ActorLost)  # a rollout worker's, passed on
+            raise (e if lost else CallRaised(f"{what} raised {raised_line(e)}")) from None
 
     def wait(self, refs, handles, what: str, long: bool = False) -> None:
         """Wait until `refs` (one ref, or a list made by `handles`, one handle each) are done, without
@@ -221,6 +221,7 @@ class Supervisor:
 
     def resend_weights(self, worker) -> None:
         self.restarted_workers.add(worker._actor_id)
+        self.worker_restarts += 1  # a broadcast group must be formed again (actors/weights.py)
         if self.weights is not None:
             weights, version = self.weights
             weights = weights() if callable(weights) else weights

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import PING_S, Call, role_actors
+from actors.supervision import ATTEMPTS_PER_CALL, PING_S, Call, role_actors, wait_restarted
 from relay.failures import ActorLost
 
 WEIGHT_LANE = "weights"  # rollout.partial: the rollout workers' concurrency group for weight calls
@@ -55,6 +56,69 @@ def uses_broadcast(resources) -> bool:
 
 def broadcast_backend(resources) -> str:
     return "nccl" if resources.learner.gpus >= 1 and resources.rollout.gpus >= 1 else "gloo"
+
+
+@dataclass
+class BroadcastGroup:
+    """The learner and every rollout worker in one collective weight group (rank 0 sends). A
+    worker that dies or hangs in a broadcast, or that Ray restarted since the group formed, leaves
+    the group broken: every worker is restarted (a survivor may wait inside the broken collective
+    until its 10-minute timeout) and the group is formed again under a new tag, then the sync is
+    redone. Sync mode only; the producer's overlapped syncs do not re-form it (pools.py)."""
+
+    backend: str
+    tag: str
+    generation: int = 0
+    restarts_seen: int = 0  # the Supervisor's worker_restarts when the group formed
+
+    def form(self, learner, workers: list, restarts_seen: int = 0) -> None:
+        self.generation += 1
+        open_broadcast(learner, workers, self.backend, tag=f"{self.tag}/{self.generation}")
+        self.restarts_seen = restarts_seen
+
+    def sync(self, actors, version: int) -> None:
+        faults, learner, workers = actors.faults, actors.learner, actors.rollout
+        faults.weights = (learner.get_weights.remote, version)  # a worker restarted mid-rollout loads these first
+        for _ in range(ATTEMPTS_PER_CALL):
+            if faults.worker_restarts != self.restarts_seen:
+                try:
+                    self.form(learner, workers, faults.worker_restarts)
+                except (RayTaskError, RayActorError) as e:  # the learner may wait in it for its timeout: stop
+                    raise ActorLost(f"the weight broadcast group could not form again ({type(e).__name__})") from None
+            learner_refs, loads = start_weight_sync(actors, version)
+            refs = [*learner_refs, *loads]
+            _, pending = ray.wait(refs, num_returns=len(refs), timeout=faults.timeout_s, fetch_local=False)
+            try:
+                if not pending:
+                    ray.get(refs)
+                    return
+            except (RayTaskError, RayActorError):
+                if learner_lost(learner):
+                    faults.get(learner_refs, learner, "weight broadcast")  # raises the learner's death
+            faults.count("timeouts" if pending else "actor_errors")
+            faults.log(f"relay: fault: weight broadcast v{version} failed; restarting the rollout workers to re-form it")
+            self.restart_workers(faults, learner, workers, learner_refs)
+            faults.count("retried_calls")
+        raise ActorLost(f"the weight broadcast failed {ATTEMPTS_PER_CALL} times in a row")
+
+    def restart_workers(self, faults, learner, workers: list, learner_refs: list) -> None:
+        for worker in workers:
+            ray.kill(worker, no_restart=False)
+        # the learner's send fails once its peers are gone; past the deadline it is the hung one: the run stops
+        faults.wait(learner_refs, [learner] * len(learner_refs), "weight broadcast")
+        for i, worker in enumerate(workers):
+            if not wait_restarted(worker, faults.rollout_timeout_s):
+                raise ActorLost(f"rollout-{i}: the worker is gone (weight broadcast, and no replacement answered)")
+            faults.count("restarts")
+            faults.worker_restarts += 1
+
+
+def learner_lost(learner) -> bool:
+    try:
+        ray.get(role_actors(learner)[0].__ray_ready__.remote(), timeout=PING_S)
+    except (RayActorError, GetTimeoutError):
+        return True
+    return False
 
 
 def open_broadcast(learner, workers: list, backend: str, tag: str) -> None:
@@ -103,13 +167,8 @@ def sync_weights(actors, version: int) -> float:
     start, faults, learner, workers = time.perf_counter(), actors.faults, actors.learner, actors.rollout
     if actors.colocated:  # the engine generates from the learner's module, tagged by its update (actors/colocated.py)
         return 0.0
-    if actors.weight_broadcast:  # one collective: the learner and every worker (not restarted) at once
-        learner_refs, loads = start_weight_sync(actors, version)
-        try:
-            faults.get([*learner_refs, *loads], [learner, *workers], "weight broadcast")
-        except RayTaskError:  # a member left the collective under the others: its loss is the cause
-            raise_lost_member(workers, "weight broadcast")
-            raise
+    if actors.weight_broadcast:  # one collective: the learner and every worker at once
+        actors.weight_broadcast.sync(actors, version)
         return time.perf_counter() - start
     written, shared = _shared_memory_write(actors, version)
     weights = learner.get_weights.remote() if not all(shared) else None  # put once, read by each
@@ -127,17 +186,6 @@ def sync_weights(actors, version: int) -> float:
         faults.get([rank.__ray_ready__.remote() for rank in ranks], ranks, "weights")  # raises its death
         raise
     return time.perf_counter() - start
-
-
-def raise_lost_member(workers: list, what: str) -> None:
-    """ActorLost naming the first rollout worker that is gone (a broadcast group's member is not
-    restarted: a replacement could not rejoin it), so the run stops with its one line and
-    resources.auto_resume goes on; nothing when every worker still answers."""
-    for i, worker in enumerate(workers):
-        try:
-            ray.get(worker.__ray_ready__.remote(), timeout=PING_S)
-        except (RayActorError, GetTimeoutError) as e:
-            raise ActorLost(f"rollout-{i} was lost in the {what} ({type(e).__name__})") from None
 
 
 def _load_call(faults, i: int, worker, shared: bool, written, version: int) -> Call:

@@ -48,7 +48,6 @@ STOPS_BY_DESIGN = {
     "checkpoint.write": "the learner's state is the run's: it resumes from the last checkpoint",
     "reference.forward": "the reference is not restarted: the run resumes from the last checkpoint",
     "critic.forward": "the critic's state is the run's: it resumes from the last checkpoint",
-    "weights.load.broadcast": "a replacement cannot rejoin the broadcast group: the run resumes",
     "weights.load.colocated": "the colocated worker is the learner: the run resumes",
 }
 
@@ -70,8 +69,10 @@ class Cell:
         return POINT_TASK.get(self.point, "default")
 
     def stops_by_design(self) -> bool:
-        """Its fault stops the run, which auto_resume resumes: the colocated worker is the learner."""
-        return self.point in STOPS_BY_DESIGN or self.layout == "colocated"
+        """Its fault stops the run, which auto_resume resumes: the colocated worker is the learner;
+        the producer's overlapped weight syncs cannot re-form a broadcast group."""
+        overlapped_broadcast = self.point == "weights.load.broadcast" and self.mode != "sync"
+        return self.point in STOPS_BY_DESIGN or self.layout == "colocated" or overlapped_broadcast
 
     def ends_the_run(self) -> bool:
         """An exception in the driver's own loop ends the run (the driver is the run; --resume goes on)."""

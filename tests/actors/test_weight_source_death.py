@@ -41,7 +41,7 @@ def test_a_learner_dead_while_making_the_weights_is_the_error_not_the_workers(sh
         rollout=workers,
         faults=Supervisor(20.0, 20.0, log=lines.append),
         colocated=False,
-        weight_broadcast=False,
+        weight_broadcast=None,
         shared_weights=None,  # no shared memory: the payload goes through the object store
     )
     with pytest.raises(RayActorError) as error:

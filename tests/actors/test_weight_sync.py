@@ -45,7 +45,7 @@ def check_sync(cfg: Config, model_path: str, run_name: str) -> str | None:
     """Sync twice, compare every worker with the learner; the address the broadcast group's store
     listens on (None for the object store)."""
     with actor_pools(cfg, model_path, run_name) as actors:
-        assert actors.weight_broadcast == (cfg.resources.weight_sync == "broadcast")
+        assert bool(actors.weight_broadcast) == (cfg.resources.weight_sync == "broadcast")
         address = ray.get(
             actors.learner.__ray_call__.remote(
                 lambda self: self.weight_socket.getsockname()[0] if self.weight_socket else None
