@@ -27,10 +27,10 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, raised_line, wait_restarted
-from actors.weights import start_weight_sync
+from actors.weights import raise_lost_member, start_weight_sync
 from relay.config import Config
 from relay.envs.data import PromptIterator
-from relay.failures import ActorLost
+from relay.failures import ActorLost, CallRaised
 from relay.fault_points import hit
 from relay.run import metric_keys as keys
 from relay.run.folder import merge_rollout_metrics
@@ -305,8 +305,12 @@ class RolloutProducer:
         mapped the learner's shared memory (its load answers None), is left to its next call's
         check, which re-sends it the weights; any other failure raises."""
         learner = self.actors.learner  # past resources.call_timeout_s it is killed and the run stops
-        self.actors.faults.wait(self.learner_refs, [learner] * len(self.learner_refs), "weights")
-        ray.get(self.learner_refs)
+        try:
+            self.actors.faults.get(self.learner_refs, [learner] * len(self.learner_refs), "weights")
+        except CallRaised:  # a broadcast member that died under the learner's send is the cause
+            if self.actors.weight_broadcast:
+                raise_lost_member(self.actors.rollout, "weight broadcast")
+            raise
         # a load waits behind the worker's calls in flight: groups keep coming meanwhile, and a hung
         # worker is found as in take
         while (

@@ -113,6 +113,16 @@ class BroadcastGroup:
             faults.worker_restarts += 1
 
 
+def raise_lost_member(workers: list, what: str) -> None:
+    """ActorLost naming the first rollout worker that is gone (not restarted where the group cannot
+    be formed again), so the run stops with its one line and resources.auto_resume goes on."""
+    for i, worker in enumerate(workers):
+        try:
+            ray.get(worker.__ray_ready__.remote(), timeout=PING_S)
+        except (RayActorError, GetTimeoutError) as e:
+            raise ActorLost(f"rollout-{i} was lost in the {what} ({type(e).__name__})") from None
+
+
 def learner_lost(learner) -> bool:
     try:
         ray.get(role_actors(learner)[0].__ray_ready__.remote(), timeout=PING_S)
