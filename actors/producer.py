@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import ATTEMPTS_PER_CALL, ShardLost, raised_line, wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost, raised_line, wait_restarted
 from actors.weights import raise_lost_member, start_weight_sync
 from relay.config import Config
 from relay.envs.data import PromptIterator
@@ -317,12 +317,23 @@ class RolloutProducer:
             pending := self.weight_refs and ray.wait(self.weight_refs, num_returns=len(self.weight_refs), timeout=0)[1]
         ):
             self._progress({ref: w for w, ref in enumerate(self.weight_refs) if ref in pending})
-        for ref in self.weight_refs:
+        for w, ref in enumerate(self.weight_refs):
             try:
                 ray.get(ref)
             except RayActorError:
                 self.actors.faults.count("actor_errors")
+            except RayTaskError as e:  # the load raised; the worker lives: load again, through the object store
+                self.actors.faults.count("call_errors")
+                self._reload(w, f"its weight load raised {raised_line(e)}")
         self.learner_refs, self.weight_refs = [], []
+
+    def _reload(self, w: int, why: str) -> None:
+        faults, worker = self.actors.faults, self.actors.rollout[w]
+        faults.log(f"relay: fault: rollout-{w} weight load: {why}; loading them again")
+        weights, version = faults.weights
+        load = lambda: worker.update_weights.remote(weights() if callable(weights) else weights, version)  # noqa: E731
+        faults.get_all([Call(worker, load, f"rollout-{w} weight load", on_restart=lambda: faults.resend_weights(worker))])
+        faults.count("retried_calls")
 
     def state_dict(self) -> dict:
         """Drains first: the finished groups are saved, so a resumed run trains each prompt once."""
