@@ -288,6 +288,11 @@ class RolloutProducer:
         self.version = version
         self.fill()
 
+    def forget_learner_calls(self) -> None:
+        """The last sync's calls on a learner that was lost and restored since: the next sync sends
+        the restored weights (workers whose load failed keep theirs until then)."""
+        self.learner_refs, self.weight_refs = [], []
+
     def drain(self) -> None:
         """Wait for every call in flight and keep its groups (a checkpoint saves them)."""
         while self.calls:

@@ -55,6 +55,7 @@ ATTEMPTS_PER_CALL = 4
 #   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
 #   unserializable_samples  episodes a rollout worker could not pickle, returned as failed-sample
 #                   records (actors/serializable.py) instead of failing the rollout's return
+#   learner_restores  learners restarted by Ray and restored in place (actors/learner_recovery.py)
 FAULT_COUNTS = (
     "actor_errors",
     "timeouts",
@@ -63,6 +64,7 @@ FAULT_COUNTS = (
     "retried_calls",
     "duplicated_samples",
     "unserializable_samples",
+    "learner_restores",
 )
 
 
@@ -109,6 +111,9 @@ class Supervisor:
         # rollout workers hold, re-sent through the object store to one that restarted
         self.weights: tuple[object, int] | None = None
         self.restarted_workers: set = set()  # their shared-memory buffers are gone: object store from now on
+        # actor ids that `wait` kills to be restarted past a deadline: the caller restores their
+        # state (the learner: actors/learner_recovery.py); every other actor it kills for good
+        self.restorable: set = set()
         self.counts: Counter[str] = Counter()
         self.totals: Counter[str] = Counter()
         self.log = log or (lambda line: print(line, flush=True))
@@ -191,9 +196,10 @@ class Supervisor:
         names = ", ".join(self.names.get(a._actor_id, f"actor {a._actor_id.hex()[:8]}") for a in hung)
         line = f"{names} {what}: no answer within {timeout:g}s (resources.{key})"
         self.count("timeouts")
-        self.log(f"relay: fault: {line}; killing it, the run stops")
+        restored = all(a._actor_id in self.restorable for a in hung)
+        self.log(f"relay: fault: {line}; killing it, {'to restore it' if restored else 'the run stops'}")
         for actor in hung:
-            ray.kill(actor, no_restart=True)
+            ray.kill(actor, no_restart=actor._actor_id not in self.restorable)
         raise ActorLost(f"{line}; killed")
 
     def _recover(self, call: Call, attempt: int, why: str) -> None:

@@ -35,6 +35,10 @@ class ActorLost(RunFailed):
         self.run_dir = run_dir
 
 
+class LearnerRestarted(RuntimeError):
+    """Raised by a learner that Ray rebuilt after a loss, until the driver restores its state."""
+
+
 def step_failures(samples: list[Sample]) -> dict[str, float]:
     """env/errors: episodes the environment ended by raising; reward/errors is counted by the scorer."""
     return {"env/errors": float(sum(s.finish_reason == FinishReason.ENV_ERROR for s in samples))}
