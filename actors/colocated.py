@@ -65,6 +65,7 @@ class ColocatedWorker(RelayActor):
     def rollout(
         self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
     ) -> tuple[list[Sample], dict[str, float]]:
+        self.learner._check_restored()  # a replacement generates from the model path's weights
         # The engine seeds the global RNG for each generate (reproducible samples); the learner's
         # stream must go on as if no rollout ran here, so its checkpointed RNG resumes exactly.
         with torch.random.fork_rng(devices=self.rng_devices):
@@ -139,6 +140,16 @@ class ColocatedWorker(RelayActor):
         with self.module_in_use():
             self.learner.load_state(groups, meta)
             self.use_trained_weights(self.learner.updates)
+
+    def restore(self, groups: dict[str, bytes] | None, meta: dict | None) -> int:
+        with self.module_in_use():
+            version = self.learner.restore(groups, meta)
+            self.use_trained_weights(version)
+        return version
+
+    @property
+    def needs_restore(self) -> bool:
+        return self.learner.needs_restore
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         self.learner.save_hf(folder, tokenizer_path)

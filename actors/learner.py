@@ -13,6 +13,7 @@ import time
 import torch
 
 from actors.rank_group import RankGroupMember, RankMember, UpdatingRankGroupMember
+from actors.supervision import is_restarted_actor
 from actors.weight_ends import SendsWeights
 from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
@@ -20,6 +21,7 @@ from relay.checkpoint.dcp import load_shards, save_shards
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config.resolved import UPDATE_FORWARD
 from relay.config.role_settings import PolicySettings
+from relay.failures import LearnerRestarted
 from relay.fault_points import hit
 from relay.models.loading import actor_device, load_model
 from relay.models.lora import (
@@ -92,6 +94,24 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.ranks = RankMember()
         self._make_optimizer()
         self.sft_optimizer = None  # the supervised stage's (sft.*), made on its first step
+        # Ray rebuilt this actor after a loss: its weights are the model path's, not the run's. It
+        # answers nothing the run reads until the driver restores it (actors/learner_recovery.py),
+        # so a loss between two calls cannot pass for the run's state.
+        self.needs_restore = is_restarted_actor()
+
+    def _check_restored(self) -> None:
+        if self.needs_restore:
+            raise LearnerRestarted("the learner restarted and is not restored yet")
+
+    def restore(self, groups: dict[str, bytes] | None, meta: dict | None) -> int:
+        """A replacement's state: a checkpoint's groups (its safetensors files' bytes) and meta, or
+        with none the constructor's weights and RNG, which are the run's start. Returns the version."""
+        from safetensors.torch import load
+
+        if groups is not None:
+            self.load_state({name: load(data) for name, data in groups.items()}, meta)
+        self.needs_restore = False
+        return self.updates
 
     def _make_optimizer(self) -> None:
         t = self.training
@@ -104,6 +124,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.scheduler = make_lr_scheduler(self.optimizer, t)
 
     def _weights_to_send(self) -> dict[str, torch.Tensor]:
+        self._check_restored()
         # sharded, keep_vars: tied weights stay one parameter object, sent once
         # the whole (merged) weights, or with model.lora.sync the adapters alone
         return engine_weights(self.model, self.settings.adapters_only, keep_vars=self.ranks.sharded)
@@ -112,11 +133,13 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         return self.ranks.rank > 0
 
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
+        self._check_restored()
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
     def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """With LoRA, the reference policy: the base model, adapters switched off (no Reference actor)."""
         hit("reference.forward")
+        self._check_restored()
         with adapters_disabled(self.model):
             return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
@@ -126,6 +149,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         Returns the update's metrics and the batch's (reward/mean, ...). A Batch already prepared by
         the caller (tests, benchmarks) is trained on as it is."""
         hit("learner.update")
+        self._check_restored()
         if isinstance(step, Batch):
             return self._update(step)
         batch, metrics = prepare_batch(step, self.settings.algorithm, **inputs)
@@ -189,6 +213,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG.
         `as_bytes`: each group as its safetensors file's bytes (the driver writes them without torch)."""
         hit("checkpoint.write")
+        self._check_restored()
         opt_tensors, opt_skeleton = flatten_optimizer_state(self.optimizer.state_dict())
         opt_tensors = {k: v.to("cpu", copy=True) for k, v in opt_tensors.items()}  # a snapshot, not views of live state
         policy = {k: v.detach().to("cpu", copy=True) for k, v in trainable_state_dict(self.model).items()}
@@ -221,6 +246,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.updates = extra.get("updates", 0)
 
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
+        self._check_restored()
         from relay.checkpoint.atomic import save_hf_model
         from relay.models.loading import load_tokenizer
 

@@ -13,6 +13,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.actor_class import actor_class
 from actors.feasibility import check_feasible
+from actors.learner_recovery import LearnerRecovery, NoRecovery, learner_restarts
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
@@ -217,11 +218,11 @@ def actor_name(run_name: str, role: str, i: int) -> str:
 def create_role(
     cls, role: str, settings, cfg: Config, res: RoleResources, run_name: str, model_path: str, groups: list
 ):
-    """The learner, reference or critic, started with its `settings` (relay/config/role_settings.py):
-    one actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it
-    fits) when the role is sharded (relay/update/fsdp.py). The group is formed by `RankGroup.join`
-    once every rank's constructor is done."""
-    ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups)
+    """The learner, reference or critic, started with its `settings` (relay/config/role_settings.py): one
+    actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it fits) when the
+    role is sharded (relay/update/fsdp.py), formed by `RankGroup.join` once every rank's constructor is done."""
+    lives = learner_restarts(cfg) if role == "learner" else 0  # restored in place: actors/learner_recovery.py
+    ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups, lives)
     return RankGroup(ranks) if is_sharded(settings.training, res.count) else ranks[0]
 
 
@@ -292,6 +293,7 @@ class Actors:
     weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (actors/weights.py)
     placement_groups: list = field(default_factory=list)
     faults: Supervisor = field(default_factory=lambda: Supervisor(600.0))  # deadlines, retries, fault counts
+    recovery: LearnerRecovery | NoRecovery = field(default_factory=NoRecovery)  # set by the loop: learner_recovery.py
 
     def by_role(self) -> dict[str, list]:
         reference = None if isinstance(self.reference, LearnerAsReference) else self.reference  # no actor of its own
@@ -317,24 +319,23 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     policy = PolicySettings.of(cfg)  # what the learner and the reference read of the config
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
-    # With a broadcast weight group, a restarted rollout worker rejoins a re-formed group at the next
-    # sync (actors/weights.py); the producer's overlapped syncs cannot re-form it: not restarted there.
+    # A restarted worker rejoins a broadcast group formed again at a sync (actors/weights.py); not in overlapped modes
     overlapped_broadcast = uses_broadcast(res) and cfg.training.mode != "sync"
     restarts, rollout_restarts = res.max_restarts, 0 if overlapped_broadcast else res.max_restarts
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
             actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg.task, i), groups, restarts)
-        # Rollout workers get their EnvPool and the executors by name and look them up: an actor handle
-        # among a restartable actor's constructor arguments puts the arguments in the object store,
-        # where a restart may not find them once they went out of scope (Ray logs that at error level).
+        # Rollout workers look their EnvPool and executors up by name: an actor handle among a restartable
+        # actor's arguments puts them in the object store, where a restart may not find them (Ray logs an error).
         env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
         tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
         pool_of = lambda i: env[i % len(env)] if env else None  # noqa: E731  (worker i's EnvPool)
         token = run_token(cfg)  # one bearer token for every endpoint of the run, restarts included
-        if res.colocate:  # not restarted: it holds the learner's state (a lost learner ends the run)
+        if res.colocate:  # restarted and restored as a learner is
             make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
-            actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups)[0]
+            lives = learner_restarts(cfg)
+            actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[0]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
             actors.rollout = create_group(

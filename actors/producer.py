@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost, raised_line, wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost, wait_restarted
 from actors.weights import raise_lost_member, start_weight_sync
 from relay.config import Config
 from relay.envs.data import PromptIterator
-from relay.failures import ActorLost, CallRaised
+from relay.failures import ActorLost, CallRaised, raised_line
 from relay.fault_points import hit
 from relay.run import metric_keys as keys
 from relay.run.folder import merge_rollout_metrics
@@ -293,6 +293,11 @@ class RolloutProducer:
         self.learner_refs, self.weight_refs = start_weight_sync(self.actors, version)
         self.version = version
         self.fill()
+
+    def forget_learner_calls(self) -> None:
+        """The last sync's calls on a learner that was lost and restored since: the next sync sends
+        the restored weights (workers whose load failed keep theirs until then)."""
+        self.learner_refs, self.weight_refs = [], []
 
     def drain(self) -> None:
         """Wait for every call in flight and keep its groups (a checkpoint saves them)."""

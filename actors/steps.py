@@ -13,10 +13,13 @@ from __future__ import annotations
 from typing import Protocol
 
 import ray
+from ray.exceptions import RayActorError
 
+from actors.lora_reference import LearnerAsReference
 from actors.pools import Actors
 from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
+from actors.supervision import wait_restarted
 from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
@@ -139,33 +142,68 @@ class ActorCalls:
         actors = self.actors
         trained = trainable(samples)  # no reward, no gradient: a NaN never reaches the advantages
         step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
-        with timer("reference"):
-            refs, handles = {}, []
-            if old_logprobs_source(self.cfg) == BEFORE_UPDATE:  # else the learner's update finds them
-                refs["old_logprobs"] = actors.learner.compute_logprobs.remote(step_ref)
-                handles.append(actors.learner)
-            if actors.critic:
-                refs["values"] = actors.critic.compute_values.remote(step_ref)
-                handles.append(actors.critic)
-            if actors.reference is not None:
-                refs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
-                handles.append(actors.reference)
-            actors.faults.wait(list(refs.values()), handles, "logprobs and values", long=True)
+        with timer("reference"):  # a learner lost in it is restored and the pass made again
+            refs = actors.recovery.run(lambda: self._advantage_refs(step_ref), "logprobs")
         return {"step": step_ref, **refs}
 
+    def _advantage_refs(self, step_ref) -> dict:
+        actors = self.actors
+        refs = self.learner_inputs(step_ref)
+        handles = [actors.learner] * len(refs)
+        if actors.critic:
+            refs["values"] = actors.critic.compute_values.remote(step_ref)
+            handles.append(actors.critic)
+        if actors.reference is not None and "ref_logprobs" not in refs:
+            refs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
+            handles.append(actors.reference)
+        actors.faults.wait(list(refs.values()), handles, "logprobs and values", long=True)
+        return refs
+
+    def learner_inputs(self, step_ref) -> dict:
+        """What the learner makes of the advantage inputs: old logprobs (unless its update finds
+        them), and with LoRA the reference logprobs (its base model, adapters off)."""
+        refs = {}
+        if old_logprobs_source(self.cfg) == BEFORE_UPDATE:
+            refs["old_logprobs"] = self.actors.learner.compute_logprobs.remote(step_ref)
+        if isinstance(self.actors.reference, LearnerAsReference):
+            refs["ref_logprobs"] = self.actors.reference.compute_logprobs.remote(step_ref)
+        return refs
+
     def update(self, inputs, timer):
-        """The learner's (and the critic's) update; metrics with the batch's reward/mean, ..."""
+        """The learner's (and the critic's) update; metrics with the batch's reward/mean, ...
+        A learner lost in it is restored (actors/learner_recovery.py) and the update made again;
+        its arguments are kept until the next checkpoint, for a later restore to replay."""
+        actors, kwargs, tries = self.actors, {"kl_coef": self.kl_ctl.value, **inputs}, []
         with timer("update"):
-            updating = [h for h in (self.actors.learner, self.actors.critic) if h is not None]
-            calls = [h.update.remote(kl_coef=self.kl_ctl.value, **inputs) for h in updating]
-            updates = self.actors.faults.get(calls, updating, "update", long=True)  # past its deadline, the run stops
+            critic = actors.critic.update.remote(**kwargs) if actors.critic else None
+
+            def learner_update():
+                if tries:  # restored: the logprobs the lost learner made may be its death
+                    kwargs.update(self.learner_inputs(kwargs["step"]))
+                tries.append(len(tries))
+                return actors.faults.get(actors.learner.update.remote(**kwargs), actors.learner, "update", long=True)
+
+            updates = [actors.recovery.run(learner_update, "update")]
+            actors.recovery.keep(**kwargs)
+            if critic is not None:
+                updates.append(self._critic_update(critic, kwargs, restored=len(tries) > 1))
         return {k: v for m in updates for k, v in m.items()}
+
+    def _critic_update(self, call, kwargs: dict, restored: bool) -> dict[str, float]:
+        faults, critic = self.actors.faults, self.actors.critic
+        try:
+            return faults.get(call, critic, "update", long=True)  # past its deadline, the run stops
+        except RayActorError:
+            if not restored or not wait_restarted(critic, faults.timeout_s):  # the critic is not restarted
+                raise
+        # alive, so its call failed on an argument the lost learner made, and never ran: once more
+        return faults.get(critic.update.remote(**kwargs), critic, "update", long=True)
 
     def sync_weights(self, version):
         if self.producer is None:
-            sync_weights(self.actors, version)
+            self.actors.recovery.run(lambda: sync_weights(self.actors, version), "weight sync")
         else:  # each worker loads it after its calls in flight; later calls run on it
-            self.producer.sync_weights(version)
+            self.actors.recovery.run(lambda: self.producer.sync_weights(version), "weight sync")
 
     def state_dict(self):
         """The producer's groups and calls (it first finishes the calls in flight, which draw prompts)."""
@@ -183,12 +221,18 @@ class OneCall:
 
     def take_samples(self, step, timer):
         actors, called = self.actors, timer.elapsed()
-        call = actors.learner.rollout_and_update.remote(
-            self.prompts.take(self.cfg.training.prompts_per_step), sampling_round(self.cfg, step), self.kl_ctl.value
+        rows, seed_round, kl_coef = (
+            self.prompts.take(self.cfg.training.prompts_per_step),
+            sampling_round(self.cfg, step),
+            self.kl_ctl.value,
         )
-        samples, rollout_metrics, self.update_metrics, seconds = actors.faults.get(
-            call, actors.learner, "step", long=True
-        )
+
+        def one_call():  # a learner lost in it is restored, and the same rows rolled out with the same seed
+            call = actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
+            return actors.faults.get(call, actors.learner, "step", long=True)
+
+        samples, rollout_metrics, self.update_metrics, seconds = actors.recovery.run(one_call, "step")
+        actors.recovery.keep(trainable(samples), kl_coef=kl_coef)  # what the call's update trained on
         actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
         timer.seconds.update(seconds)
         # timed in the actor, one after the other: placed from the call's start (its round trip not known)
@@ -223,6 +267,7 @@ def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: 
     if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
         scored = lambda samples: score(cfg, actors, samples)  # noqa: E731
         producer = RolloutProducer(cfg, actors, prompts, scored, start_step, pipeline)
+        actors.recovery.on_restore.append(producer.forget_learner_calls)  # they died with the lost learner
         return ActorCalls(cfg, actors, prompts, kl_ctl, producer)
     if one_call_steps(cfg, actors):  # colocated, nothing between the rollout and the update
         return OneCall(cfg, actors, prompts, kl_ctl)

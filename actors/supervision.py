@@ -29,7 +29,6 @@ batch, an update, a checkpoint) default to generous values.
 from __future__ import annotations
 
 import os
-import re
 import time
 import warnings
 from collections import Counter
@@ -41,7 +40,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryEr
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
-from relay.failures import ActorLost, CallRaised
+from relay.failures import ActorLost, CallRaised, actor_error_line, raised_line
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
 ATTEMPTS_PER_CALL = 4
@@ -57,8 +56,10 @@ ATTEMPTS_PER_CALL = 4
 #   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
 #   unserializable_samples  episodes a rollout worker could not pickle, returned as failed-sample
 #                   records (actors/serializable.py) instead of failing the rollout's return
+#   learner_restores  learners restarted by Ray and restored in place (actors/learner_recovery.py)
 FAULT_COUNTS = tuple(
-    "actor_errors timeouts restarts retried_shards retried_calls call_errors duplicated_samples unserializable_samples".split()
+    "actor_errors timeouts restarts retried_shards retried_calls call_errors duplicated_samples "
+    "unserializable_samples learner_restores".split()
 )
 
 
@@ -106,6 +107,9 @@ class Supervisor:
         self.weights: tuple[object, int] | None = None
         self.restarted_workers: set = set()  # their shared-memory buffers are gone: object store from now on
         self.worker_restarts = 0
+        # actor ids that `wait` kills to be restarted past a deadline: the caller restores their
+        # state (the learner: actors/learner_recovery.py); every other actor it kills for good
+        self.restorable: set = set()
         self.counts: Counter[str] = Counter()
         self.totals: Counter[str] = Counter()
         self.log = log or (lambda line: print(line, flush=True))
@@ -197,9 +201,10 @@ class Supervisor:
         names = ", ".join(self.names.get(a._actor_id, f"actor {a._actor_id.hex()[:8]}") for a in hung)
         line = f"{names} {what}: no answer within {timeout:g}s (resources.{key})"
         self.count("timeouts")
-        self.log(f"relay: fault: {line}; killing it, the run stops")
+        restored = all(a._actor_id in self.restorable for a in hung)
+        self.log(f"relay: fault: {line}; killing it, {'to restore it' if restored else 'the run stops'}")
         for actor in hung:
-            ray.kill(actor, no_restart=True)
+            ray.kill(actor, no_restart=actor._actor_id not in self.restorable)
         raise ActorLost(f"{line}; killed")
 
     def _recover(self, call: Call, attempt: int, why: str) -> None:
@@ -383,18 +388,3 @@ class actor_loss_stops:
         if exc_type is not None and issubclass(exc_type, OutOfMemoryError):  # Ray's memory monitor killed a call's worker
             raise ActorLost(f"killed for memory: {str(exc).strip().splitlines()[0][:300]}", self.run_dir) from exc
         return False
-
-
-def raised_line(error: RayTaskError) -> str:
-    """What a remote call raised, in one line: the exception's type and message, not Ray's traceback."""
-    cause = getattr(error, "cause", None) or error
-    return f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"[:300]
-
-
-def actor_error_line(error: RayActorError) -> str:
-    """Which actor died (its name, `<run>/<role>-<i>`, and class) and Ray's first line on why."""
-    text = str(error).strip()
-    name, cls = re.search(r"\bname: (\S+)", text), re.search(r"\bclass_name: (\S+)", text)
-    who = " ".join(x for x in (name and name.group(1), cls and f"({cls.group(1)})") if x)
-    why = text.splitlines()[0][:300] if text else type(error).__name__
-    return f"{who}: {why}" if who else why

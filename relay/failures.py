@@ -8,6 +8,8 @@ skipped its optimizer step because the loss or the gradient norm was not finite.
 
 from __future__ import annotations
 
+import re
+
 from relay.types import FinishReason, Sample
 
 PRINTED_IN_FULL = 3  # failures of one kind shown whole per process; later ones one line at 10, 100, 1000, ...
@@ -38,6 +40,10 @@ class ActorLost(RunFailed):
 class CallRaised(ActorLost):
     """A call of the learner, reference, critic or colocated worker raised: their state may be
     half-changed, so the run stops as for a lost learner (last checkpoint, resumable)."""
+
+
+class LearnerRestarted(RuntimeError):
+    """Raised by a learner that Ray rebuilt after a loss, until the driver restores its state."""
 
 
 def step_failures(samples: list[Sample]) -> dict[str, float]:
@@ -87,3 +93,18 @@ class FailureWatch:
                 f"the learner skipped every optimizer step for {k} steps in a row: the {cause} was not finite; "
                 "the weights are those of the last good step (lower training.lr, or check the rewards)"
             )
+
+
+def raised_line(error: Exception) -> str:
+    """What a remote call raised, in one line: the exception's type and message, not Ray's traceback."""
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"[:300]
+
+
+def actor_error_line(error: Exception) -> str:
+    """Which actor died (its name, `<run>/<role>-<i>`, and class) and Ray's first line on why."""
+    text = str(error).strip()
+    name, cls = re.search(r"\bname: (\S+)", text), re.search(r"\bclass_name: (\S+)", text)
+    who = " ".join(x for x in (name and name.group(1), cls and f"({cls.group(1)})") if x)
+    why = text.splitlines()[0][:300] if text else type(error).__name__
+    return f"{who}: {why}" if who else why

@@ -11,8 +11,10 @@ samples from the producer) is decided once at start-up: actors/steps.py.
 from __future__ import annotations
 
 import random
+from functools import partial
 
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
+from actors.learner_recovery import LearnerRecovery, learner_restarts
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.sft import demonstrations, supervised_stage
@@ -94,8 +96,11 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         actor_pools(cfg, path, run_dir.name) as actors,
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
+        # a learner lost in the run is restored from its last checkpoint, its later updates replayed
+        actors.recovery = recovery = LearnerRecovery(actors, learner_restarts(cfg), tag=run_dir.name)
         if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
             load_training_checkpoint(actors, ckpt, groups, state)
+            recovery.checkpointed(ckpt)
         sync_weights(actors, version=start_step)
         if state["eval_before"] is None and not cfg.training.eval_before:
             state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
@@ -105,6 +110,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
             with phase(f"supervised stage ({cfg.sft.steps} steps)"):
                 supervised_stage(cfg, actors, demos, run_dir)
+            recovery.state_unknown()  # trained outside the kept updates: restorable from the next checkpoint
             with phase("held-out evaluation after the supervised stage"):
                 state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
@@ -116,7 +122,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics.update(evaluate(cfg, actors, eval_rows))
+                metrics.update(recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation"))
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
@@ -127,11 +133,15 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 if (pipeline := plan.state_dict()) is not None:  # first: it may draw prompts
                     state["pipeline"] = pipeline
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
-                save_training_checkpoint(actors, run_dir / "checkpoints", step + 1, state, cfg.checkpoint.keep_last_n)
+                save = partial(save_training_checkpoint, actors, run_dir / "checkpoints", step + 1, state)
+                recovery.checkpointed(recovery.run(partial(save, cfg.checkpoint.keep_last_n), "checkpoint"))
             if stopping:
                 raise stop.stopped(step + 1)
-        eval_after = evaluate(cfg, actors, eval_rows)
+        eval_after = recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation")
         if cfg.checkpoint.save_hf_model:
-            saved = actors.learner.save_hf.remote(str(run_dir / "final_model"), cfg.model.tokenizer_path or path)
-            actors.faults.get(saved, actors.learner, "save_hf", long=True)
+            final, tokenizer = str(run_dir / "final_model"), cfg.model.tokenizer_path or path
+            save_hf = lambda: actors.faults.get(
+                actors.learner.save_hf.remote(final, tokenizer), actors.learner, "save_hf", long=True
+            )
+            recovery.run(save_hf, "final save")
     return summarize(state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"))

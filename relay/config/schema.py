@@ -311,11 +311,16 @@ class ResourcesConfig:
     # whole rollout shard and for a restarted actor to answer. Both far above a healthy call's time.
     # update_timeout_s: the learner's, reference's, critic's and reward model's passes over the whole
     # batch (logprobs, values, scores, the updates) and checkpoint save/load; past it the actor is
-    # killed and the run stops as if it had died (last checkpoint, --resume, auto_resume).
+    # killed: a learner to be restored (learner_restores), else the run stops as if it had died.
     max_restarts: int = 3
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
     update_timeout_s: float = 3600.0
+    # One learner actor (resources.learner.count=1, no FSDP) that dies or hangs is restarted by Ray
+    # and restored in place (actors/learner_recovery.py): the last checkpoint's state, then the
+    # updates since it replayed from the inputs the driver kept; no step is lost or repeated. Up to
+    # learner_restores times per run (0: a lost learner stops the run, as a rank group's does).
+    learner_restores: int = 3
     # A learner rank (or an actor out of restarts) that dies ends the run with its last checkpoint
     # and the --resume command; auto_resume: N resumes from that checkpoint up to N times, in the driver.
     auto_resume: int = 0

@@ -1,6 +1,7 @@
 """Faults placed at an exact moment of a step of the default run (sync): a rollout worker that hangs
-inside its shared-memory weight load costs no step; a learner killed inside its update stops the
-run with a line that names the learner.
+inside its shared-memory weight load costs no step; a learner killed inside its update, where it is
+not restored (resources.learner_restores=0, as a rank group's), stops the run with a line that
+names the learner (tests/e2e/test_learner_restore.py: restored in place).
 
 Each fault is a function sent to the actor (`__ray_call__`) after step 1 is logged; it replaces one
 call the actor makes in that phase by one that stops or kills its own process.
@@ -86,7 +87,7 @@ def test_a_worker_hung_in_its_shared_memory_load_costs_no_step(tmp_path, monkeyp
 
 def test_a_learner_killed_in_its_update_is_named_as_the_learner(tmp_path, monkeypatch, capsys):
     reported = run_with(monkeypatch, "update-kill", "learner-0", kill_in_loss())
-    assert driver.main(argv(tmp_path, "update-kill")) != 0
+    assert driver.main([*argv(tmp_path, "update-kill"), "resources.learner_restores=0"]) != 0
     assert len(reported) == 1
     out = capsys.readouterr()
     stop = [line for line in (out.out + out.err).splitlines() if "the run stopped" in line]

@@ -1,6 +1,7 @@
-"""A learner killed mid-run, or hung past its deadline: the run names its last complete checkpoint
-and the --resume command, and with resources.auto_resume=1 goes on from that checkpoint in the same
-driver to the end."""
+"""A learner killed mid-run, or hung past its deadline, where it is not restored in place
+(resources.learner_restores=0, as for a rank group): the run names its last complete checkpoint and
+the --resume command, and with resources.auto_resume=1 goes on from that checkpoint in the same
+driver to the end. A learner hung past its deadline and restored in place is the last test."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, mo
         "checkpoint.save_hf_model=false",
         "logging.console=false",
         "resources.auto_resume=1",
+        "resources.learner_restores=0",
     ]
     assert driver.main(argv) == 0
     out = capsys.readouterr().out
@@ -81,6 +83,7 @@ def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_
         "checkpoint.save_hf_model=false",
         "logging.console=false",
         "resources.auto_resume=1",
+        "resources.learner_restores=0",
         f"resources.update_timeout_s={UPDATE_TIMEOUT_S}",
     ]
     assert driver.main(argv) == 0
@@ -94,3 +97,39 @@ def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3, 3, 4]  # steps 3 and 4 redone from checkpoint 2
     assert re.fullmatch(f"step_0*{STEPS}", latest_checkpoint(run_dir / "checkpoints").name)
+
+
+def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_restored_in_place(tmp_path, monkeypatch, capsys):
+    """As above with the default resources.learner_restores: the killed learner is restarted, given
+    checkpoint 2's state and step 3's update replayed, and step 4 goes on; no step is redone."""
+    stopped, original = [], driver.train
+
+    def hang_the_learner_once(step, metrics):
+        if step == 3 and not stopped:
+            learner = ray.get_actor("learner-hang-restore/learner-0", namespace="relay")
+            stopped.append(ray.get(learner.__ray_call__.remote(lambda self: os.getpid())))
+            os.kill(stopped[0], signal.SIGSTOP)
+
+    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
+    argv = [
+        f"run.output_dir={tmp_path}",
+        "run.name=learner-hang-restore",
+        f"training.steps={STEPS}",
+        "training.prompts_per_step=4",
+        "rollout.n=4",
+        "task.num_eval_rows=4",
+        "checkpoint.every=2",
+        "checkpoint.save_hf_model=false",
+        "logging.console=false",
+        f"resources.update_timeout_s={UPDATE_TIMEOUT_S}",
+    ]
+    assert driver.main(argv) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "learner-hang-restore"
+    hung = f"learner-hang-restore/learner-0 update: no answer within {UPDATE_TIMEOUT_S:g}s (resources.update_timeout_s)"
+    assert f"relay: fault: {hung}; killing it, to restore it" in out
+    assert "learner-hang-restore/learner-0 update: no answer within its deadline; restored from step_00000002 + 1" in out
+    assert "the run stopped" not in out
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    assert [m["faults/learner_restores"] for m in lines] == [0, 0, 0, 1]

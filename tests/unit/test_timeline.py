@@ -217,6 +217,7 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     the call's start."""
     from types import SimpleNamespace
 
+    from actors.learner_recovery import NoRecovery
     from actors.steps import OneCall
     from relay.config import load_config
     from relay.envs.arithmetic import make_rows
@@ -227,7 +228,8 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     learner = SimpleNamespace(rollout_and_update=SimpleNamespace(remote=lambda *a: "ref"))
     faults = SimpleNamespace(get=lambda ref, handle, what, long: reply, add=lambda counts: None)
     cfg = load_config(None, [])
-    plan = OneCall(cfg, SimpleNamespace(learner=learner, faults=faults), PromptIterator(make_rows(32, 0, 2), 0), None)
+    actors = SimpleNamespace(learner=learner, faults=faults, recovery=NoRecovery())
+    plan = OneCall(cfg, actors, PromptIterator(make_rows(32, 0, 2), 0), None)
     plan.kl_ctl = SimpleNamespace(value=0.0)
     timer = PhaseTimer()
     time.sleep(0.01)

@@ -1,0 +1,176 @@
+"""A learner that dies or hangs is restored in place: the run goes on, no step lost or repeated.
+
+The learner actor is created with Ray `max_restarts` (resources.learner_restores), so Ray rebuilds
+a lost one by running its constructor again, which reloads the model from its path. Such a
+replacement answers nothing the run reads until the driver restores it (actors/learner.py raises
+LearnerRestarted), so a loss between two calls cannot pass for the run's state.
+
+The driver keeps the exact arguments of every update since the last checkpoint (object refs to
+the samples and logprobs, and the KL coefficient; dropped when a checkpoint is written). When
+one of the learner's phases fails and the learner turns out to be a replacement, `run` gives it
+the last checkpoint's state (none yet: the constructor's weights and seed are the run's start),
+replays the kept updates in order, and runs the phase again. The same arguments through the same
+update on the same state give the same weights, optimizer and RNG state (on CPU the final weights
+match an undisturbed run's: tests/e2e/test_learner_restore.py), so no optimizer step is skipped or
+repeated and no sample trained twice. The rollout workers then get the restored weights with the
+next sync, whose version goes on from theirs.
+
+A learner past its deadline (resources.update_timeout_s) is killed to be restarted
+(Supervisor.restorable), and restored the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from actors.supervision import wait_restarted
+from actors.weights import open_shared_memory
+from relay.checkpoint.manifest import STATE, verify_checkpoint
+from relay.config import Config
+from relay.config.validate_pipeline import is_sharded
+from relay.failures import ActorLost
+
+T = TypeVar("T")
+LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in a checkpoint (Learner.state)
+
+
+def restorable(cfg: Config) -> bool:
+    """One learner actor whose state one checkpoint holds, and weights that a replacement can send:
+    a rank group's survivors would have lost their process group, and a broadcast weight group
+    cannot be rejoined by a replacement (both stop the run as before)."""
+    from actors.weights import uses_broadcast
+
+    res = cfg.resources
+    sharded = is_sharded(cfg.training, res.learner.count)
+    return res.learner_restores > 0 and not sharded and (res.colocate or not uses_broadcast(res))
+
+
+def learner_restarts(cfg: Config) -> int:
+    """The learner's Ray max_restarts: resources.learner_restores where it can be restored, else 0."""
+    return cfg.resources.learner_restores if restorable(cfg) else 0
+
+
+class LearnerRecovery:
+    """Wraps the driver's calls on the learner (`run`) and keeps what a replay needs (`keep`)."""
+
+    def __init__(self, actors, limit: int, tag: str):
+        self.actors, self.tag, self.limit, self.enabled = actors, tag, limit, False
+        self.base: Path | None = None  # the checkpoint the kept updates follow; None: the run's start
+        self.kept: list[tuple[tuple, dict]] = []  # each update's arguments since `base`, in order
+        self.on_restore: list[Callable[[], None]] = []  # what else held the lost learner's refs
+        self._enable()
+
+    def _enable(self) -> None:
+        self.enabled = self.limit > 0
+        if self.enabled:  # past a deadline it is killed to be restarted, not for good
+            self.actors.faults.restorable.add(self.actors.learner._actor_id)
+
+    def keep(self, *args, **kwargs) -> None:
+        if self.enabled:
+            self.kept.append((args, kwargs))
+
+    def checkpointed(self, path: Path) -> None:
+        """A checkpoint of the learner's current state was written: replays start from it."""
+        self.base, self.kept = Path(path), []
+        self._enable()
+
+    def state_unknown(self) -> None:
+        """The learner trained outside the kept updates (the supervised stage): until the next
+        checkpoint a loss stops the run as before."""
+        self.enabled = False
+        self.actors.faults.restorable.discard(self.actors.learner._actor_id)
+
+    def run(self, phase: Callable[[], T], what: str) -> T:
+        """`phase()`; if the learner was lost in it (died, or hung and was killed), restore it and
+        run `phase()` again. Every other error, and a learner gone for good, raises as it is."""
+        while True:
+            try:
+                return phase()
+            except (RayActorError, RayTaskError, ActorLost) as error:
+                self._recover(what, error)
+
+    def _recover(self, what: str, error: Exception) -> None:
+        while True:
+            if not self.enabled or not self._state_lost():
+                raise error
+            try:
+                return self._restore(what, error)
+            except (RayActorError, RayTaskError, ActorLost):  # lost again while being restored
+                continue
+
+    def _state_lost(self) -> bool:
+        """Whether the learner answers and is a replacement (Ray restarted it); False if it is gone."""
+        faults, learner = self.actors.faults, self.actors.learner
+        if not wait_restarted(learner, faults.rollout_timeout_s):  # its constructor loads the model
+            return False
+        try:
+            return ray.get(learner.__ray_call__.remote(_needs_restore), timeout=faults.timeout_s)
+        except (RayActorError, GetTimeoutError):
+            return self._state_lost()  # lost again meanwhile; Ray's restarts bound this
+
+    def _restore(self, what: str, error: Exception) -> None:
+        start, faults, learner = time.monotonic(), self.actors.faults, self.actors.learner
+        groups, meta = self._base_state()
+        faults.get(learner.restore.remote(groups, meta), learner, "restore", long=True)
+        replays = [learner.update.remote(*args, **kwargs) for args, kwargs in self.kept]
+        faults.get(replays, [learner] * len(replays), "replayed updates", long=True)
+        if any(self.actors.shared_weights):  # the lost learner's buffers died with it: map new ones
+            self.actors.shared_weights = open_shared_memory(learner, self.actors.rollout, tag=self.tag)
+        if faults.weights is not None:  # a payload the lost learner made may be gone: make one per resend
+            faults.weights = (learner.get_weights.remote, faults.weights[1])
+        for reset in self.on_restore:
+            reset()
+        faults.count("restarts")
+        faults.count("learner_restores")
+        if isinstance(error, RayActorError):
+            faults.count("actor_errors")
+        name = faults.names.get(learner._actor_id, "learner-0")
+        why = "no answer within its deadline" if isinstance(error, ActorLost) else "actor died"
+        base = self.base.name if self.base is not None else "the run's start"
+        self.log(
+            f"relay: fault: {name} {what}: {why}; restored from {base} + {len(self.kept)} replayed updates "
+            f"in {time.monotonic() - start:.1f} s"
+        )
+
+    def log(self, line: str) -> None:
+        self.actors.faults.log(line)
+
+    def _base_state(self) -> tuple[dict[str, bytes] | None, dict | None]:
+        """The base checkpoint's learner groups as their files' bytes (no torch here) and its meta."""
+        if self.base is None:
+            return None, None
+        verify_checkpoint(self.base)
+        state = json.loads((self.base / STATE).read_text(encoding="utf-8"))
+        return {g: (self.base / f"{g}.safetensors").read_bytes() for g in LEARNER_GROUPS}, state["learner"]
+
+
+def _needs_restore(actor) -> bool:
+    return actor.needs_restore
+
+
+class NoRecovery:
+    """A run whose learner is not restored: every phase runs once, as it is."""
+
+    enabled = False
+
+    def __init__(self):
+        self.on_restore: list[Callable[[], None]] = []
+
+    def keep(self, *args, **kwargs) -> None:
+        pass
+
+    def checkpointed(self, path: Path) -> None:
+        pass
+
+    def state_unknown(self) -> None:
+        pass
+
+    def run(self, phase: Callable[[], T], what: str) -> T:
+        return phase()
