@@ -41,15 +41,12 @@ POINT_TASK = {
     "critic.forward": "critic",
     "reward.model": "reward_model",
 }
-# The roles whose death relay cannot take in place today: the run stops with its one line and
-# auto_resume resumes it from the last checkpoint (written every step here).
-STOPS_BY_DESIGN = {
-    "learner.update": "the learner's state is the run's: it resumes from the last checkpoint",
-    "checkpoint.write": "the learner's state is the run's: it resumes from the last checkpoint",
-    "reference.forward": "the reference is not restarted: the run resumes from the last checkpoint",
-    "critic.forward": "the critic's state is the run's: it resumes from the last checkpoint",
-    "weights.load.colocated": "the colocated worker is the learner: the run resumes",
-}
+# Where a fault stops the run by design, and auto_resume resumes it from the last checkpoint
+# (written every step here): the reference and the critic are not restarted (their state is the
+# run's), and a call of the learner (or the colocated worker, which is the learner) that raises
+# may have half-changed its state. A learner that dies or hangs is restored in place.
+NOT_RESTARTED = ("reference.forward", "critic.forward")
+LEARNER_POINTS = ("learner.update", "checkpoint.write")
 
 
 @dataclass(frozen=True)
@@ -69,10 +66,11 @@ class Cell:
         return POINT_TASK.get(self.point, "default")
 
     def stops_by_design(self) -> bool:
-        """Its fault stops the run, which auto_resume resumes: the colocated worker is the learner;
-        the producer's overlapped weight syncs cannot re-form a broadcast group."""
+        """Its fault stops the run, which auto_resume resumes (see NOT_RESTARTED); so does a broadcast
+        member lost under the producer's overlapped syncs, which do not form the group again."""
+        learner_raises = self.kind == "exception" and (self.point in LEARNER_POINTS or self.layout == "colocated")
         overlapped_broadcast = self.point == "weights.load.broadcast" and self.mode != "sync"
-        return self.point in STOPS_BY_DESIGN or self.layout == "colocated" or overlapped_broadcast
+        return self.point in NOT_RESTARTED or learner_raises or overlapped_broadcast
 
     def ends_the_run(self) -> bool:
         """An exception in the driver's own loop ends the run (the driver is the run; --resume goes on)."""
