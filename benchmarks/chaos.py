@@ -7,9 +7,9 @@ Per task, an undisturbed run, then the same run (same seeds) while, every `every
 hits a restartable role (each role in turn) at a random one of its fault points
 (relay/fault_points.py), in the next step: `ray.kill` (restart allowed) and SIGKILL of its
 process in turn; the first fault of the run is a hang (SIGSTOP of the process), which only the
-call deadline finds. `--seed` picks the points and seeds both runs. One line per run: steps completed, faults
-injected, restarts (Ray's count for the run's actors), shards and calls redone, deadlines that
-fired, duplicated samples and lost steps (both must be 0), and the final held-out accuracy next
+call deadline finds. `--seed` picks the points and seeds both runs. One line per run: steps
+completed, faults injected, restarts (Ray's count for the run's actors), shards and calls redone,
+deadlines that fired, duplicated samples and lost steps (both must be 0), and the final held-out accuracy next
 to the undisturbed run's. Since a redone shard samples exactly what the lost call would have
 (same seed, same weights), the chaos run's rewards should equal the undisturbed run's step for
 step: `same rewards` says whether they did. Numbers, never assertions.
@@ -116,11 +116,8 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
     config, overrides = TASKS[task]
     name = f"chaos-{task}-{mode}-{'faults' if every else 'calm'}"
     pipeline = ["training.mode=async", "training.max_staleness=1"] if mode == "async" else []
-    cfg = load_config(
-        REPO / config,
-        [*overrides, *COMMON, *pipeline, f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}"]
-        + [f"run.seed={seed}"],
-    )
+    run_keys = [f"training.steps={steps}", f"run.output_dir={out}", f"run.name={name}", f"run.seed={seed}"]
+    cfg = load_config(REPO / config, [*overrides, *COMMON, *pipeline, *run_keys])
     chaos = Chaos(name, task, every, random.Random(seed), out)
     rewards, optimizer_steps, faults, batches = [], 0.0, Counter(), []
     original_rollout, original_take = driver_steps.rollout, RolloutProducer.take

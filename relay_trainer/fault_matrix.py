@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from relay.config import load_config
-from relay.failures import RunFailed
 from relay.fault_points import KINDS, PROCESS_KINDS, arm_run, disarm
 from relay.run.auto_resume import train_with_auto_resume
 
@@ -28,7 +27,7 @@ STEPS, ARM_AFTER = 3, 1  # the fault is armed once step 1 is logged: it happens 
 CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S = 8.0, 20.0  # far above a healthy call of the tiny model here
 TASKS = {  # the configuration each point needs, cut to a few seconds a step
     "default": ("configs/default.yaml", []),
-    "tool": ("configs/math_tool.yaml", ["rollout.n=2", "tools.executors.count=2"]),
+    "tool": ("configs/math_tool.yaml", ["tools.executors.count=2"]),
     "kl": ("configs/grpo_kl.yaml", []),
     "critic": ("configs/ppo.yaml", []),
     "reward_model": ("configs/grpo_rm.yaml", []),
@@ -233,7 +232,7 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 
     with recorded_batches(batches), object_store_only(cell.transport == "object_store"):
         try:
             train_with_auto_resume(run, cfg, False, [], named, log=lambda line: (resumes.append(line), log(line)))
-        except (RunFailed, Exception) as e:  # noqa: BLE001 -- the cell's verdict names it
+        except Exception as e:  # the cell's verdict names it
             outcome.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
         finally:
             disarm()
@@ -254,19 +253,24 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 
     return outcome
 
 
+def judged_cell(cell: Cell, out: Path, baselines: dict, log=print, seed: int = 0) -> Outcome:
+    """run_cell; in sync mode its rewards against its configuration's undisturbed run, made once
+    per `baselines` (configuration -> rewards)."""
+    outcome = run_cell(cell, out, log=log, seed=seed)
+    if cell.mode == "sync" and not outcome.error:
+        key = (cell.task, cell.layout, cell.transport, seed)
+        if key not in baselines:
+            baselines[key] = run_cell(cell, out, faulty=False, log=log, seed=seed).rewards
+        outcome.same_rewards = outcome.rewards == baselines[key]
+    return outcome
+
+
 def run_cells(cells: list[Cell], log=print, seed: int = 0) -> list[Outcome]:
-    """Each cell's run (and, in sync mode, its configuration's undisturbed run once) on one Ray,
-    every run seeded `seed` (run.seed)."""
+    """Every cell judged on one Ray, every run seeded `seed` (run.seed); one line per cell."""
     baselines: dict = {}
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="relay-faults-") as tmp:
         for cell in cells:
-            outcome = run_cell(cell, Path(tmp), log=log, seed=seed)
-            if cell.mode == "sync" and not outcome.error:
-                key = (cell.task, cell.layout, cell.transport)
-                if key not in baselines:
-                    baselines[key] = run_cell(cell, Path(tmp), faulty=False, log=log, seed=seed).rewards
-                outcome.same_rewards = outcome.rewards == baselines[key]
-            log(outcome.line())
-            outcomes.append(outcome)
+            outcomes.append(judged_cell(cell, Path(tmp), baselines, log, seed))
+            log(outcomes[-1].line())
     return outcomes
