@@ -2,10 +2,10 @@
 purpose, deterministically, to prove the run survives it (tests/faults/, benchmarks/chaos.py).
 
 `hit(point)` sits at the start of the call's work in the process that does it. Nothing is armed in
-a normal run, so a hit is one dict lookup. `arm_run(run, point, kind)` arms every actor of a run
-(and the driver) for one fault: the first process to reach the point claims a token file, so the
-fault happens exactly once in the run, in whichever actor gets there first; a replacement Ray
-builds after a crash starts unarmed.
+a normal run, so a hit is one dict lookup. `arm` arms this process; actors/fault_arming.py
+`arm_run(run, point, kind)` arms every actor of a run (and the driver) for one fault: the first
+process to reach the point claims a token file, so the fault happens exactly once in the run, in
+whichever actor gets there first; a replacement Ray builds after a crash starts unarmed.
 
 Kinds:
   sigkill    the process kills itself (SIGKILL): an OOM kill, a segfault, a lost node
@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 POINTS = {
     "rollout.generate": "a rollout worker's rollout call (its shard of prompts)",
@@ -53,6 +53,7 @@ class Armed:
     kind: str
     token: str  # a file path: the process that creates it is the one where the fault happens
     slow_s: float = 0.0
+    kill_self: Callable[[], None] | None = None  # ray_kill: the actor's own ray.kill (this package has no Ray)
 
 
 _armed: dict[str, Armed] = {}
@@ -71,9 +72,7 @@ def hit(point: str) -> None:
     elif armed.kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)
     elif armed.kind == "ray_kill":
-        import ray
-
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
+        armed.kill_self()
         time.sleep(3600)  # the kill is asynchronous: the call must not go on meanwhile
     elif armed.kind == "exception":
         raise InjectedFault(f"injected fault at {point}")
@@ -89,33 +88,14 @@ def _claim(token: str) -> bool:
     return True
 
 
-def arm(point: str, kind: str, token: str, slow_s: float = 0.0) -> None:
-    """Arm this process."""
+def arm(point: str, kind: str, token: str, slow_s: float = 0.0, kill_self: Callable[[], None] | None = None) -> None:
+    """Arm this process (ray_kill needs `kill_self`)."""
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; choose one of {sorted(POINTS)}")
     if kind not in KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; choose one of {list(KINDS)}")
-    _armed[point] = Armed(kind, token, slow_s)
+    _armed[point] = Armed(kind, token, slow_s, kill_self)
 
 
 def disarm() -> None:
     _armed.clear()
-
-
-def _arm_actor(_actor_self, point: str, kind: str, token: str, slow_s: float) -> None:
-    arm(point, kind, token, slow_s)
-
-
-def arm_run(run_name: str, point: str, kind: str, token_dir: str | Path, slow_s: float = 0.0) -> Path:
-    """Arm every live actor of the run named `run_name` (and, for the kinds a driver can take, this
-    process) for one fault at `point`. Returns the token file: it exists once the fault happened."""
-    import ray
-
-    token = Path(token_dir) / f"fault-{point}-{kind}-{time.monotonic_ns()}"
-    names = ray.util.list_named_actors()  # this job's namespace: relay's
-    handles = [ray.get_actor(n) for n in names if n.startswith(f"{run_name}/")]
-    # an actor's calls queue behind the one it is making: a worker busy for seconds arms after it
-    ray.get([h.__ray_call__.remote(_arm_actor, point, kind, str(token), slow_s) for h in handles])
-    if kind not in PROCESS_KINDS:
-        arm(point, kind, str(token), slow_s)
-    return token

@@ -16,8 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.fault_arming import arm_run
 from relay.config import load_config
-from relay.fault_points import KINDS, PROCESS_KINDS, arm_run, disarm
+from relay.fault_points import KINDS, PROCESS_KINDS, disarm
 from relay.run.auto_resume import train_with_auto_resume
 
 REPO = Path(__file__).resolve().parents[1]

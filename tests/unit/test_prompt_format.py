@@ -148,13 +148,13 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
         evaluated_at.append(len(trained))
         return {"eval/accuracy": 0.25 * (1 + len(trained))}
 
-    learner = SimpleNamespace(state=SimpleNamespace(remote=lambda: ({}, {})))
+    learner = SimpleNamespace(state=SimpleNamespace(remote=lambda: ({}, {})), _actor_id="learner-0")
     monkeypatch.setattr(loop, "connect", lambda cfg: None)
     monkeypatch.setattr(
         loop,
         "actor_pools",
         lambda *a: contextlib.nullcontext(
-            SimpleNamespace(learner=learner, critic=None, faults=SimpleNamespace(take=dict))
+            SimpleNamespace(learner=learner, critic=None, faults=SimpleNamespace(take=dict, restorable=set()))
         ),
     )
     monkeypatch.setattr(loop, "sync_weights", lambda actors, version: None)
@@ -162,7 +162,7 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
     monkeypatch.setattr(loop, "step_plan", lambda *a: SimpleNamespace(state_dict=lambda: None))
     monkeypatch.setattr(loop, "train_step", fake_train_step)
     monkeypatch.setattr(loop, "publish_ray_metrics", lambda *a: None)
-    monkeypatch.setattr(loop, "save_training_checkpoint", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "save_training_checkpoint", lambda *a, **k: tmp_path / "checkpoint")
     cfg = load_config(
         None,
         [
