@@ -58,23 +58,25 @@ def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, mo
     assert steps == [1, 2, 2, 3, 4]  # step 2 ran again from checkpoint 1: logged twice, trained once
 
 
-def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_continues(
-    tmp_path, monkeypatch, capsys
-):
-    """The learner's process stopped (SIGSTOP) after step 3 is logged: step 4's update hangs, its
-    deadline (resources.update_timeout_s) kills the learner, and the run resumes from checkpoint 2."""
+def hang_the_learner_after_step_3(monkeypatch, run_name: str) -> list:
+    """driver.train with a report hook that stops (SIGSTOP) the learner's process once step 3 is
+    logged, so step 4's update hangs; the returned list gets its pid."""
     stopped, original = [], driver.train
 
     def hang_the_learner_once(step, metrics):
         if step == 3 and not stopped:
-            learner = ray.get_actor("learner-hang/learner-0", namespace="relay")
+            learner = ray.get_actor(f"{run_name}/learner-0", namespace="relay")
             stopped.append(ray.get(learner.__ray_call__.remote(lambda self: os.getpid())))
             os.kill(stopped[0], signal.SIGSTOP)
 
     monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
-    argv = [
+    return stopped
+
+
+def hang_argv(tmp_path, run_name: str) -> list[str]:
+    return [
         f"run.output_dir={tmp_path}",
-        "run.name=learner-hang",
+        f"run.name={run_name}",
         f"training.steps={STEPS}",
         "training.prompts_per_step=4",
         "rollout.n=4",
@@ -82,10 +84,17 @@ def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_
         "checkpoint.every=2",
         "checkpoint.save_hf_model=false",
         "logging.console=false",
-        "resources.auto_resume=1",
-        "resources.learner_restores=0",
         f"resources.update_timeout_s={UPDATE_TIMEOUT_S}",
     ]
+
+
+def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_continues(
+    tmp_path, monkeypatch, capsys
+):
+    """The learner's process stopped (SIGSTOP) after step 3 is logged: step 4's update hangs, its
+    deadline (resources.update_timeout_s) kills the learner, and the run resumes from checkpoint 2."""
+    stopped = hang_the_learner_after_step_3(monkeypatch, "learner-hang")
+    argv = [*hang_argv(tmp_path, "learner-hang"), "resources.auto_resume=1", "resources.learner_restores=0"]
     assert driver.main(argv) == 0
     out = capsys.readouterr().out
     run_dir = tmp_path / "learner-hang"
@@ -102,28 +111,8 @@ def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_auto_resume_
 def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_restored_in_place(tmp_path, monkeypatch, capsys):
     """As above with the default resources.learner_restores: the killed learner is restarted, given
     checkpoint 2's state and step 3's update replayed, and step 4 goes on; no step is redone."""
-    stopped, original = [], driver.train
-
-    def hang_the_learner_once(step, metrics):
-        if step == 3 and not stopped:
-            learner = ray.get_actor("learner-hang-restore/learner-0", namespace="relay")
-            stopped.append(ray.get(learner.__ray_call__.remote(lambda self: os.getpid())))
-            os.kill(stopped[0], signal.SIGSTOP)
-
-    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
-    argv = [
-        f"run.output_dir={tmp_path}",
-        "run.name=learner-hang-restore",
-        f"training.steps={STEPS}",
-        "training.prompts_per_step=4",
-        "rollout.n=4",
-        "task.num_eval_rows=4",
-        "checkpoint.every=2",
-        "checkpoint.save_hf_model=false",
-        "logging.console=false",
-        f"resources.update_timeout_s={UPDATE_TIMEOUT_S}",
-    ]
-    assert driver.main(argv) == 0
+    hang_the_learner_after_step_3(monkeypatch, "learner-hang-restore")
+    assert driver.main(hang_argv(tmp_path, "learner-hang-restore")) == 0
     out = capsys.readouterr().out
     run_dir = tmp_path / "learner-hang-restore"
     hung = f"learner-hang-restore/learner-0 update: no answer within {UPDATE_TIMEOUT_S:g}s (resources.update_timeout_s)"
