@@ -30,6 +30,7 @@ from relay.endpoint.fence import FencedEngine
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
+from relay.failures import RolloutRaised, raised_line
 from relay.fault_points import hit
 from relay.models.loading import load_tokenizer
 from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
@@ -112,7 +113,10 @@ class ColocatedWorker(RelayActor):
         Returns the samples as scored (the driver logs and checks them), the rollout's metrics,
         the update's, and the seconds of both phases, timed here."""
         start = time.perf_counter()
-        samples, rollout_metrics = self.rollout(rows, step, first_group_id=0)
+        try:
+            samples, rollout_metrics = self.rollout(rows, step, first_group_id=0)
+        except Exception as e:  # the learner's state is untouched: the driver may redo the call
+            raise RolloutRaised(raised_line(e)) from e
         rolled = time.perf_counter()
         update_metrics = self.update(trainable(samples), kl_coef=kl_coef)
         seconds = {ROLLOUT_S: rolled - start, UPDATE_S: time.perf_counter() - rolled}

@@ -44,9 +44,10 @@ POINT_TASK = {
 # Where a fault stops the run by design, and auto_resume resumes it from the last checkpoint
 # (written every step here): the reference and the critic are not restarted (their state is the
 # run's), and a call of the learner (or the colocated worker, which is the learner) that raises
-# may have half-changed its state. A learner that dies or hangs is restored in place.
+# after its update began may have half-changed its state. A learner that dies or hangs is restored
+# in place; a colocated step whose rollout raised is redone.
 NOT_RESTARTED = ("reference.forward", "critic.forward")
-LEARNER_POINTS = ("learner.update", "checkpoint.write")
+LEARNER_POINTS = ("learner.update", "checkpoint.write", "weights.load.colocated")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Cell:
     def stops_by_design(self) -> bool:
         """Its fault stops the run, which auto_resume resumes (see NOT_RESTARTED); so does a broadcast
         member lost under the producer's overlapped syncs, which do not form the group again."""
-        learner_raises = self.kind == "exception" and (self.point in LEARNER_POINTS or self.layout == "colocated")
+        learner_raises = self.kind == "exception" and self.point in LEARNER_POINTS
         overlapped_broadcast = self.point == "weights.load.broadcast" and self.mode != "sync"
         return self.point in NOT_RESTARTED or learner_raises or overlapped_broadcast
 
@@ -267,11 +268,16 @@ def judged_cell(cell: Cell, out: Path, baselines: dict, log=print, seed: int = 0
 
 
 def run_cells(cells: list[Cell], log=print, seed: int = 0) -> list[Outcome]:
-    """Every cell judged on one Ray, every run seeded `seed` (run.seed); one line per cell."""
+    """Every cell judged, every run seeded `seed` (run.seed); one line per cell. The cells of one
+    task share a Ray, started for the first of them: it holds the CPUs that task's roles need."""
+    import ray
+
     baselines: dict = {}
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="relay-faults-") as tmp:
-        for cell in cells:
+        for i, cell in enumerate(cells):
+            if i and cell.task != cells[i - 1].task:
+                ray.shutdown()
             outcomes.append(judged_cell(cell, Path(tmp), baselines, log, seed))
             log(outcomes[-1].line())
     return outcomes

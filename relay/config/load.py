@@ -15,6 +15,7 @@ import yaml
 
 from relay.config.schema import Config, ConfigError
 from relay.config.validate import validate
+from relay.config.validate_pipeline import with_layout
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
@@ -53,7 +54,7 @@ def config_from_mapping(raw: dict[str, Any], overrides: list[str] = (), problems
     problems += [problem for problem in validate(cfg) if problem.split(":")[0] not in bad_keys]
     if problems:
         raise ConfigError(problems)
-    return cfg
+    return with_layout(cfg)
 
 
 def _copy_sections(raw: dict[str, Any]) -> dict[str, Any]:

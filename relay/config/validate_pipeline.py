@@ -3,6 +3,8 @@ resources.colocate, which needs a pipeline whose phases never overlap."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from relay.config.engine_registry import cannot, capabilities
 from relay.config.resolved import tis_cap
 from relay.config.schema import Config, TrainingConfig
@@ -92,6 +94,19 @@ def validate_colocate(cfg: Config) -> list[str]:
             f"training.mixed_precision={t.mixed_precision}, training.cpu_offload={t.cpu_offload})"
         )
     return p
+
+
+def with_layout(cfg: Config) -> Config:
+    """`cfg` with resources.colocate's null decided: colocated wherever validate_colocate finds
+    nothing against it, the weight transport was left to relay (a transport asked for by name is
+    one between separate actors) and the rollout worker asks for no node the learner's resources
+    would not give it."""
+    res = cfg.resources
+    if res.colocate is not None:
+        return cfg
+    possible = not validate_colocate(replace(cfg, resources=replace(res, colocate=True)))
+    same_node = res.rollout.node_resource in (None, res.learner.node_resource)
+    return replace(cfg, resources=replace(res, colocate=possible and same_node and res.weight_sync == "auto"))
 
 
 def is_sharded(training: TrainingConfig, count: int) -> bool:

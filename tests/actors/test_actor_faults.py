@@ -42,6 +42,7 @@ def actors(shared_ray):
             "resources.rollout.cpus=0.5",
             "resources.learner.cpus=0.5",
             "resources.max_restarts=10",
+            "resources.colocate=false",  # a rollout worker of its own, killed below
             f"resources.call_timeout_s={CALL_TIMEOUT_S}",
             f"resources.rollout_timeout_s={ROLLOUT_TIMEOUT_S}",
         ],

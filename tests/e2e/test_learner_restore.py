@@ -41,6 +41,7 @@ def argv(tmp_path, name: str, every: int) -> list[str]:
         f"checkpoint.every={every}",
         "checkpoint.save_hf_model=false",
         "logging.console=false",
+        "resources.colocate=false",  # the learner actor alone (a colocated one: tests/e2e/test_fault_matrix.py)
     ]
 
 

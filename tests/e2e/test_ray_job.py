@@ -211,5 +211,5 @@ def test_job_submit_then_resume(head, tmp_path):
     assert {a["ray_namespace"] for a in learners} == {"relay"}
     status, body = http(f"{head['address']}/api/v0/actors?limit=1000", head["token"])
     names = {a["name"] for a in body["data"]["result"]["result"]}
-    assert {"job/rollout-0", "job/learner-0"} <= names
+    assert "job/learner-0" in names and "job/rollout-0" not in names  # colocated: one actor is both
     assert "job/env-0" not in names  # a plain reward function runs inside the rollout workers: no EnvPool

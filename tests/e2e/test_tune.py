@@ -26,9 +26,9 @@ def test_shipped_sweep_file_is_valid():
     sweep = tune.load_sweep(REPO / "configs" / "tune.yaml")
     assert sweep.metric == "reward/mean" and sweep.scheduler["type"] == "asha"
     assert set(tune.param_space(sweep)) == set(sweep.search)
-    # One bundle for the trial's own process, then one per actor (rollout, learner; the plain reward
-    # function runs inside the rollout worker, so there is no EnvPool).
-    assert tune.trial_bundles(sweep.base_config) == [{"CPU": tune.TRIAL_DRIVER_CPUS}, {"CPU": 1.0}, {"CPU": 1.0}]
+    # One bundle for the trial's own process, then one per actor: the colocated learner and rollout
+    # worker (the plain reward function runs inside it, so there is no EnvPool).
+    assert tune.trial_bundles(sweep.base_config) == [{"CPU": tune.TRIAL_DRIVER_CPUS}, {"CPU": 1.0}]
     with_reference = sweep.trial_config(
         {"algorithm.kl_coef": 0.01, "resources.rollout.count": 2, "training.prompts_per_step": 4}
     )

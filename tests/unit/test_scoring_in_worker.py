@@ -14,10 +14,13 @@ from relay.envs.arithmetic import arithmetic_reward, make_rows
 
 def test_only_environments_and_heavy_rewards_get_env_pool_actors():
     assert "env" not in actor_roles(load_config(None, []))
-    assert list(actor_roles(load_config(None, ["task.reward_actor=true"]))) == ["env", "rollout", "learner"]
+    assert list(actor_roles(load_config(None, ["task.reward_actor=true"]))) == ["env", "learner"]  # colocated
+    separate = ["task.reward_actor=true", "resources.colocate=false"]
+    assert list(actor_roles(load_config(None, separate))) == ["env", "rollout", "learner"]
     assert "env" in actor_roles(load_config("configs/textgame.yaml", []))
     # a Tune trial reserves exactly the bundles of the actors the run makes
-    assert len(actor_bundles(load_config(None, []))) == 2
+    assert len(actor_bundles(load_config(None, []))) == 1
+    assert len(actor_bundles(load_config(None, ["resources.colocate=false"]))) == 2
 
 
 def test_the_worker_returns_its_samples_scored(tiny_model_path):
