@@ -96,6 +96,11 @@ class LearnerRecovery:
             except (RayActorError, RayTaskError, ActorLost) as error:
                 self._recover(what, error)
 
+    def restore_replacement(self, what: str) -> None:
+        """A colocated worker lost in a rollout shard: its replacement restored (the shard is then
+        redone on it, same prompts and seed), or the run stops where it cannot be."""
+        self._recover(what, ActorLost(f"{what}: the learner that rolls it out was lost"))
+
     def _recover(self, what: str, error: Exception) -> None:
         while True:
             if not self.enabled or not self._state_lost():
@@ -174,3 +179,6 @@ class NoRecovery:
 
     def run(self, phase: Callable[[], T], what: str) -> T:
         return phase()
+
+    def restore_replacement(self, what: str) -> None:
+        raise ActorLost(f"{what}: the learner that rolls it out was lost")

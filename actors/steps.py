@@ -44,6 +44,7 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
         lambda i, w: w.rollout.remote(
             shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy
         ),
+        restore=actors.recovery.restore_replacement if actors.colocated else None,
     )
     return [s for shard_samples, _ in results for s in shard_samples], merge_rollout_metrics([m for _, m in results])
 

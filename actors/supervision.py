@@ -244,17 +244,18 @@ class Supervisor:
         samples, _ = result
         return self.weights is None or all(s.weight_version == self.weights[1] for s in samples)
 
-    def rollout_shards(self, workers: list, submit: Callable[[int, object], object]) -> list:
+    def rollout_shards(self, workers: list, submit: Callable[[int, object], object], restore=None) -> list:
         """`submit(i, worker)` sends worker i its shard; each result as it returned. A lost or
         stale shard is redone with the same arguments (so the same seed) on the replacement, after
-        the current weights are re-sent. Worker-side fault counts (`faults/*`) are taken here."""
+        the current weights are re-sent (a colocated worker: after `restore(what)` restored it as
+        the learner). Worker-side fault counts (`faults/*`) are taken here."""
         calls = [
             Call(
                 w,
                 lambda i=i, w=w: submit(i, w),
                 f"rollout-{i} rollout shard",
                 shard=True,
-                on_restart=lambda w=w: self.resend_weights(w),
+                on_restart=lambda w=w: self.resend_weights(w) if restore is None else restore("rollout shard"),
                 valid=self.on_current_weights,
             )
             for i, w in enumerate(workers)

@@ -2,10 +2,11 @@
 
     python benchmarks/peer_trl.py                      # 20 steps, 2x8 and 8x8, one round
     python benchmarks/peer_trl.py --steps 100 --rounds 4
-    python benchmarks/peer_trl.py --only relay-colocate --steps 30
+    python benchmarks/peer_trl.py --only trl,relay --steps 30
 
-Two relay layouts: `relay` (separate learner and rollout actors, the default) and `relay-colocate`
-(resources.colocate=true: one actor is both and generates from the trained module).
+Two relay layouts: `relay`, the default (here colocated: one actor is both learner and rollout
+worker and generates from the trained module), and `relay-separate` (resources.colocate=false:
+a learner actor and a rollout worker actor).
 
 The setting: a ~1M-parameter Qwen2 model built by relay's own code (relay.models.tiny, byte-level
 tokenizer, no chat template) and warm-started here on plain prompts "A+B=" (A, B in 0..9; 20 of
@@ -160,13 +161,13 @@ def relay_setting(model, data, prompts: int) -> list[str]:
     ]
 
 
-def run_relay(a, work: Path, on_step: Callable[[], None], colocate: bool = False) -> Path:
+def run_relay(a, work: Path, on_step: Callable[[], None], separate: bool = False) -> Path:
     import driver
     from relay.config import load_config
 
     run = [f"run.output_dir={work}", "run.name=relay", f"run.seed={a.seed}", f"training.steps={a.steps}"]
     run += ["training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=true"]
-    run += ["logging.console=false", f"resources.colocate={str(colocate).lower()}"]
+    run += ["logging.console=false"] + (["resources.colocate=false"] if separate else [])
     cfg = load_config(None, relay_setting(a.model, a.data, a.prompts) + run)
     driver.train(cfg, report=lambda step, metrics: on_step())
     return work / "relay" / "final_model"
@@ -243,7 +244,7 @@ def child(a) -> None:
     if a.child == "trl":
         final = run_trl(a, work, on_step)
     else:
-        final = run_relay(a, work, on_step, colocate=a.child == "relay-colocate")
+        final = run_relay(a, work, on_step, separate=a.child == "relay-separate")
     json.dump({"steps_done": steps_done, "final_model": str(final)}, open(work / "result.json", "w"))
 
 
@@ -313,7 +314,7 @@ def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Pat
     return measured
 
 
-RELAYS = {"relay": "relay", "relay-colocate": "relay colocated"}  # contender -> column
+RELAYS = {"relay": "relay (default)", "relay-separate": "relay separate"}  # contender -> column
 
 
 def table(results: dict, sizes: list[int], steps: int, rounds: int) -> str:
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="alternated rounds; round r uses seed r")
     ap.add_argument("--sizes", default="2,8", help="prompts per step, comma-separated (8 samples each)")
     ap.add_argument(
-        "--only", help="comma-separated contenders to run, of trl, relay, relay-colocate (default: all three)"
+        "--only", help="comma-separated contenders to run, of trl, relay, relay-separate (default: all three)"
     )
     # the child process's arguments
     ap.add_argument("--child", choices=["trl", *RELAYS], help=argparse.SUPPRESS)

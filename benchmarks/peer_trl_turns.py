@@ -1,6 +1,6 @@
 """relay's and TRL's seconds per step, measured with their steps taking turns.
 
-    python benchmarks/peer_trl_turns.py [--steps 100] [--rounds 2] [--sizes 2,8] [--layouts relay-colocate,relay]
+    python benchmarks/peer_trl_turns.py [--steps 100] [--rounds 2] [--sizes 2,8] [--layouts relay,relay-separate]
 
 benchmarks/peer_trl.py runs the contenders one after another. On these shared machines the
 compute itself slows by a third or more for stretches of 10-30 steps (relay's colocated 2x8 step,
@@ -87,7 +87,7 @@ def take_turns(a) -> None:
     if a.child == "trl":
         run_trl(a, work, on_step)
     else:
-        run_relay(a, work, on_step, colocate=a.child == "relay-colocate")
+        run_relay(a, work, on_step, separate=a.child == "relay-separate")
     turns.done()
     (work / "seconds.json").write_text(json.dumps(seconds))
 
@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=2, help="round r uses seed r")
     ap.add_argument("--sizes", default="2,8", help="prompts per step, comma-separated (8 samples each)")
-    ap.add_argument("--layouts", default="relay-colocate,relay", help=f"relay layouts, of {', '.join(RELAYS)}")
+    ap.add_argument("--layouts", default="relay,relay-separate", help=f"relay layouts, of {', '.join(RELAYS)}")
     ap.add_argument("--child", choices=["trl", *RELAYS], help=argparse.SUPPRESS)
     for name in ("--work", "--data", "--model"):
         ap.add_argument(name, help=argparse.SUPPRESS)

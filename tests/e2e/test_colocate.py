@@ -79,3 +79,34 @@ def test_one_call_steps_only_where_nothing_runs_between_rollout_and_update(overr
     assert one_call_steps(cfg, actors) is one_call
     actors.colocated = False
     assert not one_call_steps(cfg, actors)
+
+
+def test_colocated_worker_killed_in_its_rollout_shard_is_restored_and_the_shard_redone(tmp_path, ray_session):
+    """With an environment pool the step is separate calls; the colocated actor SIGKILLed inside
+    step 2's rollout shard is restored as the learner and the shard redone, same prompts and seed."""
+    from actors.fault_arming import arm_run
+    from relay.fault_points import disarm
+
+    def reported(name, fault):
+        rewards, restores = [], []
+
+        def report(step, m):
+            rewards.append(m["reward/mean"])
+            restores.append(m["faults/learner_restores"])
+            if fault and step == 1:
+                arm_run(name, "rollout.generate", "sigkill", tmp_path)
+
+        cfg = load_config(
+            REPO / "configs/default.yaml",
+            [f"run.output_dir={tmp_path}", f"run.name={name}", *COLOCATE, *SMALL, "task.reward_actor=true"]
+            + ["training.steps=3", "checkpoint.every=1"],
+        )
+        try:
+            driver.train(cfg, report=report)
+        finally:
+            disarm()
+        return rewards, restores
+
+    undisturbed, _ = reported("calm", fault=False)
+    rewards, restores = reported("killed", fault=True)
+    assert rewards == undisturbed and restores == [0.0, 1.0, 0.0]
