@@ -1,11 +1,14 @@
-"""training.mode sync vs one_step_off vs async in one run, the modes alternating, on the default
-task (2-digit addition) and on a multi-turn task whose episodes vary in length (textgame, 1-4
-turns; there also async_cb: async with continuous batching, rollout.max_live_episodes): samples/s and tokens/s of training, the learner's and the rollout workers' idle shares,
-staleness, and held-out accuracy (textgame: mean return) after the same number of samples.
-Prints a table and writes each run's curves (relay.run.plot) and one plot of reward against samples
-consumed per task. Numbers, never assertions.
+"""training.mode sync (in its default layout, and as separate actors) vs one_step_off vs async in
+one process, the modes alternating, on the default task (2-digit addition) and on a multi-turn
+task whose episodes vary in length (textgame, 1-4 turns; there also async_cb: async with
+continuous batching, rollout.max_live_episodes). Each run is the task's config as a user runs it
+(its checkpoints and sample files included); samples/s is the wall time between logged steps from
+step --skip + 1 on. Also tokens/s, the learner's and the rollout workers' idle shares, staleness,
+and held-out accuracy (textgame: mean return) after the same number of samples. Prints a table and
+writes each run's curves (relay.run.plot) and one plot of reward against samples consumed per
+task. Numbers, never assertions.
 
-    python benchmarks/async_speedup.py [--steps 20] [--textgame-steps 8] [--seeds 0 1 2] [--out DIR] [--partial]
+    python benchmarks/async_speedup.py [--steps 25] [--textgame-steps 8] [--seeds 0 1 2 3] [--out DIR] [--partial]
 
 --partial adds async_partial: async with rollout.partial (weights loaded mid-call between chunks
 of rollout.partial_chunk tokens). Every overlapped mode trains with algorithm.tis_cap's default
@@ -32,7 +35,8 @@ from relay.run.plot import plot_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = {
-    "sync": ["training.mode=sync"],
+    "sync": ["training.mode=sync"],  # the default layout: colocated where possible
+    "sync_separate": ["training.mode=sync", "resources.colocate=false"],
     "one_step_off": ["training.mode=one_step_off"],
     "async": ["training.mode=async", "training.max_staleness=1"],
     # continuous batching: one call of a whole step's prompts per worker, at most 4
@@ -44,13 +48,18 @@ MODES = {
     + ["rollout.partial_chunk=4"],
 }
 # async_cb only where episodes differ in length: a single-turn batch ends in one generate call
-TASK_MODES = {"default": ("sync", "one_step_off", "async"), "textgame": ("sync", "one_step_off", "async", "async_cb")}
+TASK_MODES = {
+    "default": ("sync", "sync_separate", "one_step_off", "async"),
+    "textgame": ("sync", "one_step_off", "async", "async_cb"),
+}
 TASKS = {"default": "configs/default.yaml", "textgame": "configs/textgame.yaml"}
-QUIET = ["logging.console=false", "checkpoint.every=0", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
+# A user's run: the task's own checkpoints, sample files and evaluations stay in the timing; only
+# the console lines and the final Hugging Face save (after the last step) are left out.
+QUIET = ["logging.console=false", "checkpoint.save_hf_model=false"]
 
 
-def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: list[str]) -> dict:
-    """Train; time the steps after the first (start-up and the first step's warm-up left out)."""
+def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: list[str], skip: int) -> dict:
+    """Train; wall time between the logged steps from step `skip` on (start-up and warm-up left out)."""
     reports: list[float] = []
     cfg = load_config(
         REPO / config,
@@ -59,8 +68,8 @@ def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: lis
     )
     summary = driver.train(cfg, report=lambda step, m: reports.append(time.perf_counter()))
     records = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    timed = records[1:]
-    seconds = reports[-1] - reports[0]
+    timed = records[skip:]
+    seconds = reports[-1] - reports[skip - 1]
     samples = sum(cfg.training.prompts_per_step * cfg.rollout.n for _ in timed)
     held_out = "accuracy_after" if "accuracy_after" in summary else "mean_return_after"
     return {
@@ -91,9 +100,14 @@ def plot_curves(task: str, results: dict, out: Path) -> Path:
             ax.plot(
                 xs,
                 ys,
-                color={"sync": "C0", "one_step_off": "C1", "async": "C2", "async_cb": "C3", "async_partial": "C4"}[
-                    mode
-                ],
+                color={
+                    "sync": "C0",
+                    "one_step_off": "C1",
+                    "async": "C2",
+                    "async_cb": "C3",
+                    "async_partial": "C4",
+                    "sync_separate": "C5",
+                }[mode],
                 alpha=0.8,
                 label=mode if i == 0 else None,
             )
@@ -107,7 +121,8 @@ def plot_curves(task: str, results: dict, out: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=20, help="training steps on the default task")
+    parser.add_argument("--steps", type=int, default=25, help="training steps on the default task")
+    parser.add_argument("--skip", type=int, default=5, help="steps left out of the timing (start-up and warm-up)")
     parser.add_argument("--textgame-steps", type=int, default=8, help="training steps on textgame (0: skip it)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--groups-per-call", type=int, default=16, help="async, default task: prompts per rollout call")
@@ -128,7 +143,7 @@ def main() -> int:
         for k, seed in enumerate(args.seeds):
             order = list(modes)[k % len(modes) :] + list(modes)[: k % len(modes)]  # alternate who runs first
             for mode in order:
-                r = one_run(TASKS[task], mode, seed, steps, out, extra)
+                r = one_run(TASKS[task], mode, seed, steps, out, extra, min(args.skip, steps - 1))
                 results[mode].append(r)
                 plot_run(r["run_dir"])
                 print(

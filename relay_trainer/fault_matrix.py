@@ -115,7 +115,7 @@ def applies(cell: Cell) -> bool:
     """Whether the cell exists: its point is reached in that mode and layout, and the transport is
     one that point can meet (weight loads: each transport; every other point: the default one)."""
     p, colocated = cell.point, cell.layout == "colocated"
-    if colocated and (cell.mode != "sync" or cell.task != "default" or cell.transport != "none"):
+    if colocated and (cell.mode != "sync" or cell.transport != "none"):
         return False  # one module, trained and generated from in turn: sync only
     if p.startswith("weights.load."):
         return p.removeprefix("weights.load.") == ("colocated" if colocated else cell.transport)

@@ -9,7 +9,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from relay.types import Batch, Sample
-from relay.update.policy import _response_columns, keeps_logits, response_logits, shared_prompt_logits
+from relay.update import policy
+from relay.update.policy import (
+    _response_columns,
+    keeps_logits,
+    prompt_tokens_skipped,
+    response_logits,
+    shared_prompt_logits,
+)
 
 
 def ragged_batch(group_size: int = 1, longest_response: int = 4) -> Batch:
@@ -61,12 +68,18 @@ def gradients(model) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("longest_response", [1, 4])
-def test_shared_prompts_give_the_full_forwards_logits_and_gradients(tiny_model_path, lora, longest_response):
+def test_shared_prompts_give_the_full_forwards_logits_and_gradients(
+    tiny_model_path, lora, longest_response, monkeypatch
+):
     model = tiny(tiny_model_path, lora)
     batch = ragged_batch(group_size=3, longest_response=longest_response)
     weights = torch.randn(batch.responses.shape + (1,), generator=torch.Generator().manual_seed(2))
 
     shared = shared_prompt_logits(model, batch)
+    # too few prompt tokens repeat here for the second pass to pay: one full forward
+    assert prompt_tokens_skipped(batch) < policy.SHARED_PROMPT_MIN_SKIPPED_TOKENS
+    assert torch.equal(response_logits(model, batch), _response_columns(model, batch, logits_to_keep=batch.responses.shape[1] + 1).float())
+    monkeypatch.setattr(policy, "SHARED_PROMPT_MIN_SKIPPED_TOKENS", 0)
     assert shared is not None and torch.equal(response_logits(model, batch), shared.float())
     (shared.float() * weights).sum().backward()
     shared_grads = gradients(model)
