@@ -18,7 +18,7 @@ the same reward (the exact-sum check of relay.envs.arithmetic). One evaluator: g
 Each run is a fresh child process of this script, and the contenders alternate (TRL first in even
 rounds, relay first in odd ones; round r uses seed r). Measured per run: seconds per step (the
 mean over steps 2..N), launch to the end of the first step (from just before the process starts),
-and peak memory over the whole process tree, Ray's processes included, sampled every 0.1 s: the
+and peak memory over the whole process tree, Ray's processes included, sampled every second: the
 largest sum of resident memory (RSS, which counts shared pages once per process that maps them) and
 of proportional set sizes (PSS: shared pages split between those processes; what the machine holds).
 `benchmarks/peer_trl_compute.py` compares the two steps' compute alone, in one process, no Ray.
@@ -296,7 +296,9 @@ def one_run(python: str, contender: str, prompts: int, a, data: Path, model: Pat
     launched = time.time()
     env = dict(os.environ, OMP_NUM_THREADS="1")  # one torch thread per process, whatever a library decides
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
-    with PeakTreeMemory(proc.pid) as peak:  # sampled every 0.1 s while the run lasts
+    # sampled every second: a sample reads every process's smaps, and at 0.1 s that slowed relay's
+    # steps (a dozen processes, Ray's own among them) by a quarter and TRL's (one) far less
+    with PeakTreeMemory(proc.pid, every_s=1.0) as peak:
         code = proc.wait()
     if code != 0:
         tail = (work / "log.txt").read_text().strip().splitlines()[-15:]
