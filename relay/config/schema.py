@@ -303,8 +303,9 @@ class ResourcesConfig:
     # HF engine generates from the learner's own module, so a weight sync is a version bump and one
     # process (one model, one torch) is saved. It takes resources.learner; resources.rollout is unused.
     # For training.mode sync with rollout.engine hf, one rollout worker and one learner actor.
-    # null: colocated wherever that layout is possible and resources.weight_sync is auto (the faster
-    # layout, docs/engines.md); false: a separate actor for each role.
+    # null: colocated wherever that layout is possible, resources.weight_sync is auto and
+    # resources.rollout.node_resource asks for no other node (validate_pipeline.with_layout; the
+    # faster layout, docs/engines.md); false: a separate actor for each role.
     colocate: bool | None = None
     # Faults (actors/supervision.py). Rollout workers, env pools, tool executors and reward models are restarted
     # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
