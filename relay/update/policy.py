@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
-from torch.distributed.fsdp import FSDPModule
 
 from relay.types import Batch
 
@@ -70,7 +70,7 @@ def shared_prompt_logits(model, batch: Batch) -> torch.Tensor | None:
     update's forward and backward shrink by about that share. Every batch takes the two passes,
     whether or not its rows share prompts."""
     P = batch.prompt_width
-    if P < 2 or getattr(model, "is_gradient_checkpointing", False) or isinstance(model, FSDPModule):
+    if P < 2 or getattr(model, "is_gradient_checkpointing", False) or is_fsdp_module(model):
         return None
     head = P - 1  # prompts are left-padded: column P-1 holds every row's last prompt token
     rows = torch.cat([batch.prompts, batch.attention_mask[:, :P], batch.position_ids[:, :P]], dim=1)
@@ -92,6 +92,14 @@ def shared_prompt_logits(model, batch: Batch) -> torch.Tensor | None:
         use_cache=True,
     )
     return columns.logits
+
+
+def is_fsdp_module(model) -> bool:
+    """Whether `model` is an FSDP2 module. torch.distributed.fsdp is not imported for the check (it
+    pulls in torch.distributed.tensor and sympy: 0.6 s of every actor's start-up); a model that is
+    one was made by code that imported it."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 def keeps_logits(model) -> bool:
