@@ -12,7 +12,7 @@ from relay.types import Batch
 # The shared-prompt forward (shared_prompt_logits) is two passes instead of one; a pass has a fixed
 # cost of its own, so sharing pays only when it skips at least this many prompt tokens. Measured on
 # the tiny model (2 CPU cores): 8 prompts x 8 samples of 5-token prompts skip 224 tokens and their
-# update took 10% longer shared; the default task's 16 x 8 chat prompts skip ~3,200 and took 0.4x.
+# update took 10-20% longer shared; the default task's 16 x 8 chat prompts skip ~3,200 and took 0.4-0.6x.
 SHARED_PROMPT_MIN_SKIPPED_TOKENS = 256
 
 
