@@ -24,13 +24,14 @@ import torch
 from actors.learner import Learner
 from actors.plumbing import RelayActor
 from actors.rollout import RolloutWorker, peak_rss_mb
+from actors.supervision import ATTEMPTS_PER_CALL
 from relay.config import Config
 from relay.config.role_settings import PolicySettings
 from relay.endpoint.fence import FencedEngine
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
 from relay.envs.scoring import trainable
-from relay.failures import RolloutRaised, raised_line
+from relay.failures import raised_line
 from relay.fault_points import hit
 from relay.models.loading import load_tokenizer
 from relay.run.metric_keys import ROLLOUT_S, UPDATE_S
@@ -113,14 +114,26 @@ class ColocatedWorker(RelayActor):
         Returns the samples as scored (the driver logs and checks them), the rollout's metrics,
         the update's, and the seconds of both phases, timed here."""
         start = time.perf_counter()
-        try:
-            samples, rollout_metrics = self.rollout(rows, step, first_group_id=0)
-        except Exception as e:  # the learner's state is untouched: the driver may redo the call
-            raise RolloutRaised(raised_line(e)) from e
+        samples, rollout_metrics = self._rollout_redone(rows, step)
         rolled = time.perf_counter()
         update_metrics = self.update(trainable(samples), kl_coef=kl_coef)
         seconds = {ROLLOUT_S: rolled - start, UPDATE_S: time.perf_counter() - rolled}
         return samples, rollout_metrics, update_metrics, seconds
+
+    def _rollout_redone(self, rows: list[dict[str, Any]], step: int) -> tuple[list[Sample], dict[str, float]]:
+        """The one-call step's rollout; one that raised is redone here, up to ATTEMPTS_PER_CALL times
+        in all, as the driver redoes a rollout worker's raising shard: nothing was trained yet and
+        the seed is the same. The redos are counted in the metrics' faults/* (the driver adds them)."""
+        for attempt in range(1, ATTEMPTS_PER_CALL + 1):
+            try:
+                samples, metrics = self.rollout(rows, step, first_group_id=0)
+            except Exception as e:
+                if attempt == ATTEMPTS_PER_CALL:
+                    raise
+                print(f"relay: fault: the step's rollout raised {raised_line(e)}; redoing it", flush=True)
+                continue
+            redone = float(attempt - 1)
+            return samples, {**metrics, "faults/call_errors": redone, "faults/retried_calls": redone}
 
     def supervised_update(self, samples: list[Sample]) -> dict[str, float]:
         with self.module_in_use():

@@ -19,13 +19,13 @@ from actors.lora_reference import LearnerAsReference
 from actors.pools import Actors
 from actors.producer import RolloutProducer
 from actors.reward_model import score_with_reward_model
-from actors.supervision import ATTEMPTS_PER_CALL, wait_restarted
+from actors.supervision import wait_restarted
 from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
 from relay.envs.data import PromptIterator
 from relay.envs.scoring import trainable
-from relay.failures import ActorLost, RolloutRaised, step_failures
+from relay.failures import step_failures
 from relay.run import metric_keys as keys
 from relay.run.folder import PhaseTimer, eval_metrics, merge_rollout_metrics, split
 from relay.types import Sample
@@ -229,17 +229,8 @@ class OneCall:
         )
 
         def one_call():  # a learner lost in it is restored, and the same rows rolled out with the same seed
-            faults = actors.faults
-            for attempt in range(1, ATTEMPTS_PER_CALL + 1):
-                call = actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
-                try:
-                    return faults.get(call, actors.learner, "step", long=True)
-                except RolloutRaised as e:  # as a rollout worker's raising shard: redone, same seed
-                    faults.count("call_errors")
-                    if attempt == ATTEMPTS_PER_CALL:
-                        raise ActorLost(f"the step's rollout raised {attempt} times in a row: {e}") from None
-                    faults.log(f"relay: fault: the step's rollout raised {e}; redoing it")
-                    faults.count("retried_calls")
+            call = actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
+            return actors.faults.get(call, actors.learner, "step", long=True)
 
         samples, rollout_metrics, self.update_metrics, seconds = actors.recovery.run(one_call, "step")
         actors.recovery.keep(trainable(samples), kl_coef=kl_coef)  # what the call's update trained on

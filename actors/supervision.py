@@ -40,7 +40,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryEr
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
-from relay.failures import ActorLost, CallRaised, RolloutRaised, actor_error_line, raised_line
+from relay.failures import ActorLost, CallRaised, actor_error_line, raised_line
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
 ATTEMPTS_PER_CALL = 4
@@ -181,10 +181,7 @@ class Supervisor:
         try:
             return ray.get(refs)
         except RayTaskError as e:  # their state is the run's: it stops, resumable, as if they had died
-            cause = getattr(e, "cause", e)
-            if isinstance(cause, RolloutRaised):  # nothing trained: the caller redoes it
-                raise cause from None
-            lost = isinstance(cause, ActorLost)  # a rollout worker's, passed on
+            lost = isinstance(getattr(e, "cause", e), ActorLost)  # a rollout worker's, passed on
             raise (e if lost else CallRaised(f"{what} raised {raised_line(e)}")) from None
 
     def wait(self, refs, handles, what: str, long: bool = False) -> None:

@@ -42,11 +42,6 @@ class CallRaised(ActorLost):
     half-changed, so the run stops as for a lost learner (last checkpoint, resumable)."""
 
 
-class RolloutRaised(RuntimeError):
-    """The rollout of a colocated worker's one-call step raised before its update began: nothing
-    was trained, so the driver redoes the call as it redoes a rollout worker's raising shard."""
-
-
 class LearnerRestarted(RuntimeError):
     """Raised by a learner that Ray rebuilt after a loss, until the driver restores its state."""
 
