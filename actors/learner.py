@@ -104,11 +104,14 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
             raise LearnerRestarted("the learner restarted and is not restored yet")
 
     def restore(self, groups: dict[str, bytes] | None, meta: dict | None) -> int:
-        """A replacement's state: a checkpoint's groups (its safetensors files' bytes) and meta, or
-        with none the constructor's weights and RNG, which are the run's start. Returns the version."""
+        """A replacement's state: a checkpoint's groups (its safetensors files' bytes) and meta, a
+        rank group's checkpoint shards (meta {"shards": folder}, every rank reads its own), or with
+        neither the constructor's weights and RNG, which are the run's start. Returns the version."""
         from safetensors.torch import load
 
-        if groups is not None:
+        if meta is not None and "shards" in meta:
+            self.load_shards(meta["shards"])
+        elif groups is not None:
             self.load_state({name: load(data) for name, data in groups.items()}, meta)
         self.needs_restore = False
         return self.updates

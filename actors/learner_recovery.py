@@ -5,6 +5,10 @@ a lost one by running its constructor again, which reloads the model from its pa
 replacement answers nothing the run reads until the driver restores it (actors/learner.py raises
 LearnerRestarted), so a loss between two calls cannot pass for the run's state.
 
+A rank group (FSDP2) loses more than the lost rank: the survivors' process group has a dead
+member, and a survivor may wait inside a collective. So every rank is restarted, the group is
+formed again, and each rank reads its own shards of the last checkpoint before the replay.
+
 The driver keeps the exact arguments of every update since the last checkpoint (object refs to
 the samples and logprobs, and the KL coefficient; dropped when a checkpoint is written). When
 one of the learner's phases fails and the learner turns out to be a replacement, `run` gives it
@@ -30,26 +34,24 @@ from typing import TypeVar
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import wait_restarted
+from actors.rank_group import RankGroup
+from actors.supervision import role_actors, wait_restarted
 from actors.weights import open_shared_memory
 from relay.checkpoint.manifest import STATE, verify_checkpoint
 from relay.config import Config
-from relay.config.validate_pipeline import is_sharded
-from relay.failures import ActorLost
+from relay.failures import ActorLost, CallRaised
 
 T = TypeVar("T")
 LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in a checkpoint (Learner.state)
 
 
 def restorable(cfg: Config) -> bool:
-    """One learner actor whose state one checkpoint holds, and weights that a replacement can send:
-    a rank group's survivors would have lost their process group, and a broadcast weight group
-    cannot be rejoined by a replacement (both stop the run as before)."""
+    """A learner (one actor or a rank group) whose weights a replacement can send: a broadcast weight
+    group cannot be rejoined by a replacement (it stops the run as before)."""
     from actors.weights import uses_broadcast
 
     res = cfg.resources
-    sharded = is_sharded(cfg.training, res.learner.count)
-    return res.learner_restores > 0 and not sharded and (res.colocate or not uses_broadcast(res))
+    return res.learner_restores > 0 and (res.colocate or not uses_broadcast(res))
 
 
 def learner_restarts(cfg: Config) -> int:
@@ -70,7 +72,7 @@ class LearnerRecovery:
     def _enable(self) -> None:
         self.enabled = self.limit > 0
         if self.enabled:  # past a deadline it is killed to be restarted, not for good
-            self.actors.faults.restorable.add(self.actors.learner._actor_id)
+            self.actors.faults.restorable.update(a._actor_id for a in role_actors(self.actors.learner))
 
     def keep(self, *args, **kwargs) -> None:
         if self.enabled:
@@ -85,7 +87,7 @@ class LearnerRecovery:
         """The learner trained outside the kept updates (the supervised stage): until the next
         checkpoint a loss stops the run as before."""
         self.enabled = False
-        self.actors.faults.restorable.discard(self.actors.learner._actor_id)
+        self.actors.faults.restorable.difference_update(a._actor_id for a in role_actors(self.actors.learner))
 
     def run(self, phase: Callable[[], T], what: str) -> T:
         """`phase()`; if the learner was lost in it (died, or hung and was killed), restore it and
@@ -111,17 +113,20 @@ class LearnerRecovery:
                 continue
 
     def _state_lost(self) -> bool:
-        """Whether the learner answers and is a replacement (Ray restarted it); False if it is gone."""
-        faults, learner = self.actors.faults, self.actors.learner
-        if not wait_restarted(learner, faults.rollout_timeout_s):  # its constructor loads the model
+        """Whether the learner answers and is a replacement (Ray restarted it, or one of its ranks);
+        False if it is gone."""
+        faults, ranks = self.actors.faults, role_actors(self.actors.learner)
+        if not all(wait_restarted(rank, faults.rollout_timeout_s) for rank in ranks):  # constructors load the model
             return False
         try:
-            return ray.get(learner.__ray_call__.remote(_needs_restore), timeout=faults.timeout_s)
+            return any(ray.get([rank.__ray_call__.remote(_needs_restore) for rank in ranks], timeout=faults.timeout_s))
         except (RayActorError, GetTimeoutError):
             return self._state_lost()  # lost again meanwhile; Ray's restarts bound this
 
     def _restore(self, what: str, error: Exception) -> None:
         start, faults, learner = time.monotonic(), self.actors.faults, self.actors.learner
+        if isinstance(learner, RankGroup):
+            self._form_rank_group_again(learner)
         groups, meta = self._base_state()
         faults.get(learner.restore.remote(groups, meta), learner, "restore", long=True)
         replays = [learner.update.remote(*args, **kwargs) for args, kwargs in self.kept]
@@ -136,8 +141,14 @@ class LearnerRecovery:
         faults.count("learner_restores")
         if isinstance(error, RayActorError):
             faults.count("actor_errors")
-        name = faults.names.get(learner._actor_id, "learner-0")
-        why = "no answer within its deadline" if isinstance(error, ActorLost) else "actor died"
+        ranks = role_actors(learner)
+        name = faults.names.get(ranks[0]._actor_id, "learner-0")
+        if len(ranks) > 1:
+            name = f"{name.removesuffix('-0')} rank group ({len(ranks)} ranks)"
+        if isinstance(error, CallRaised):  # a rank's collective met a peer that died
+            why = "a rank died"
+        else:
+            why = "no answer within its deadline" if isinstance(error, ActorLost) else "actor died"
         base = self.base.name if self.base is not None else "the run's start"
         self.log(
             f"relay: fault: {name} {what}: {why}; restored from {base} + {len(self.kept)} replayed updates "
@@ -147,17 +158,47 @@ class LearnerRecovery:
     def log(self, line: str) -> None:
         self.actors.faults.log(line)
 
+    def _form_rank_group_again(self, group: RankGroup) -> None:
+        """Restart the ranks Ray has not (their process group has a dead member), then form the
+        group again: every rank a replacement with its model sharded, none waiting in a collective."""
+        faults = self.actors.faults
+        fresh = ray.get([rank.__ray_call__.remote(_needs_restore) for rank in group.ranks], timeout=faults.timeout_s)
+        survivors = [rank for rank, restarted in zip(group.ranks, fresh) if not restarted]
+        for rank in survivors:
+            ray.kill(rank, no_restart=False)
+        for rank in survivors:
+            if not _replaced(rank, faults.rollout_timeout_s):
+                raise ActorLost("a learner rank is gone (restarted with the group, no replacement answered)")
+        group.join(group.backend)
+
     def _base_state(self) -> tuple[dict[str, bytes] | None, dict | None]:
-        """The base checkpoint's learner groups as their files' bytes (no torch here) and its meta."""
+        """The base checkpoint's learner groups as their files' bytes (no torch here) and its meta; a
+        rank group's: no groups, and the folder of its shards in the meta."""
         if self.base is None:
             return None, None
         verify_checkpoint(self.base)
-        state = json.loads((self.base / STATE).read_text(encoding="utf-8"))
-        return {g: (self.base / f"{g}.safetensors").read_bytes() for g in LEARNER_GROUPS}, state["learner"]
+        state = json.loads((self.base / STATE).read_text(encoding="utf-8"))["learner"]
+        if "shards" in state:
+            return None, {"shards": str(self.base / state["shards"])}
+        return {g: (self.base / f"{g}.safetensors").read_bytes() for g in LEARNER_GROUPS}, state
 
 
 def _needs_restore(actor) -> bool:
     return actor.needs_restore
+
+
+def _replaced(rank, timeout_s: float) -> bool:
+    """Once the killed `rank`'s replacement answers (not the instance being killed, which may
+    still answer a ping); False if none does within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0 and wait_restarted(rank, left):
+        try:
+            if ray.get(rank.__ray_call__.remote(_needs_restore), timeout=max(0.1, deadline - time.monotonic())):
+                return True
+        except (RayActorError, GetTimeoutError):
+            pass
+        time.sleep(0.1)
+    return False
 
 
 class NoRecovery:

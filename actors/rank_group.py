@@ -104,8 +104,9 @@ class RankGroup:
     def __init__(self, ranks: list):
         self.ranks = ranks
         self.peer_refs: list = []  # results of ranks 1.. (None): checked for errors at the next call
+        self.backend = ""  # torch.distributed's, set by join
         methods = ("compute_logprobs", "compute_ref_logprobs", "compute_values", "update", "supervised_update")
-        methods += ("save_shards", "load_shards")
+        methods += ("save_shards", "load_shards", "restore")
         for method in (*methods, "save_hf"):
             setattr(self, method, _AllRanks(self, method))
         # weights out: every rank gathers full tensors, rank 0 sends them
@@ -123,6 +124,7 @@ class RankGroup:
 
     def join(self, backend: str) -> None:
         """Form the torch.distributed group (the ranks' constructors done) and shard the models."""
+        self.backend, self.peer_refs = backend, []
         nodes = ray.get([r.node_id.remote() for r in self.ranks])
         host, port = ray.get(self.ranks[0].listen_for_rank_group.remote(one_node=len(set(nodes)) == 1))
         world = len(self.ranks)

@@ -319,13 +319,14 @@ class ResourcesConfig:
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
     update_timeout_s: float = 3600.0
-    # One learner actor (resources.learner.count=1, no FSDP) that dies or hangs is restarted by Ray
-    # and restored in place (actors/learner_recovery.py): the last checkpoint's state, then the
-    # updates since it replayed from the inputs the driver kept; no step is lost or repeated. Up to
-    # learner_restores times per run (0: a lost learner stops the run, as a rank group's does).
+    # A learner that dies or hangs (one actor, or a rank of an FSDP group: then every rank) is
+    # restarted by Ray and restored in place (actors/learner_recovery.py): the last checkpoint's
+    # state, then the updates since it replayed from the inputs the driver kept; no step is lost or
+    # repeated. Up to learner_restores times per run (0: a lost learner stops the run).
     learner_restores: int = 3
-    # A learner rank (or an actor out of restarts) that dies ends the run with its last checkpoint
-    # and the --resume command; auto_resume: N resumes from that checkpoint up to N times, in the driver.
+    # A learner out of restores (or one whose weights go out by broadcast), a reference or a critic
+    # that dies ends the run with its last checkpoint and the --resume command; auto_resume: N
+    # resumes from that checkpoint up to N times, in the driver.
     auto_resume: int = 0
 
 
