@@ -13,7 +13,7 @@ import time
 import torch
 
 from actors.rank_group import RankGroupMember, RankMember, UpdatingRankGroupMember
-from actors.supervision import is_restarted_actor
+from actors.restarts import is_restarted_actor
 from actors.weight_ends import SendsWeights
 from relay.algos.objective import Objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state

@@ -35,7 +35,8 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.rank_group import RankGroup
-from actors.supervision import role_actors, wait_restarted
+from actors.restarts import process_ids, replaced, wait_restarted
+from actors.supervision import role_actors
 from actors.weights import open_shared_memory
 from relay.checkpoint.manifest import STATE, verify_checkpoint
 from relay.config import Config
@@ -45,18 +46,9 @@ T = TypeVar("T")
 LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in a checkpoint (Learner.state)
 
 
-def restorable(cfg: Config) -> bool:
-    """A learner (one actor or a rank group) whose weights a replacement can send: a broadcast weight
-    group cannot be rejoined by a replacement (it stops the run as before)."""
-    from actors.weights import uses_broadcast
-
-    res = cfg.resources
-    return res.learner_restores > 0 and (res.colocate or not uses_broadcast(res))
-
-
 def learner_restarts(cfg: Config) -> int:
-    """The learner's Ray max_restarts: resources.learner_restores where it can be restored, else 0."""
-    return cfg.resources.learner_restores if restorable(cfg) else 0
+    """The learner's Ray max_restarts (every rank's): resources.learner_restores."""
+    return cfg.resources.learner_restores
 
 
 class LearnerRecovery:
@@ -135,6 +127,8 @@ class LearnerRecovery:
             self.actors.shared_weights = open_shared_memory(learner, self.actors.rollout, tag=self.tag)
         if faults.weights is not None:  # a payload the lost learner made may be gone: make one per resend
             faults.weights = (learner.get_weights.remote, faults.weights[1])
+        if self.actors.weight_broadcast is not None:  # the replacement is not in the group (its peers left
+            self.actors.weight_broadcast.form_again()  # the lost one's collective: the connections closed)
         for reset in self.on_restore:
             reset()
         faults.count("restarts")
@@ -164,10 +158,11 @@ class LearnerRecovery:
         faults = self.actors.faults
         fresh = ray.get([rank.__ray_call__.remote(_needs_restore) for rank in group.ranks], timeout=faults.timeout_s)
         survivors = [rank for rank, restarted in zip(group.ranks, fresh) if not restarted]
+        old = process_ids(survivors)
         for rank in survivors:
             ray.kill(rank, no_restart=False)
-        for rank in survivors:
-            if not _replaced(rank, faults.rollout_timeout_s):
+        for rank, pid in zip(survivors, old):
+            if not replaced(rank, pid, faults.rollout_timeout_s):
                 raise ActorLost("a learner rank is gone (restarted with the group, no replacement answered)")
         group.join(group.backend)
 
@@ -185,20 +180,6 @@ class LearnerRecovery:
 
 def _needs_restore(actor) -> bool:
     return actor.needs_restore
-
-
-def _replaced(rank, timeout_s: float) -> bool:
-    """Once the killed `rank`'s replacement answers (not the instance being killed, which may
-    still answer a ping); False if none does within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0 and wait_restarted(rank, left):
-        try:
-            if ray.get(rank.__ray_call__.remote(_needs_restore), timeout=max(0.1, deadline - time.monotonic())):
-                return True
-        except (RayActorError, GetTimeoutError):
-            pass
-        time.sleep(0.1)
-    return False
 
 
 class NoRecovery:

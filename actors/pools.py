@@ -318,9 +318,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     policy = PolicySettings.of(cfg)  # what the learner and the reference read of the config
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
-    # A restarted worker rejoins a broadcast group formed again at a sync (actors/weights.py); not in overlapped modes
-    overlapped_broadcast = uses_broadcast(res) and cfg.training.mode != "sync"
-    restarts, rollout_restarts = res.max_restarts, 0 if overlapped_broadcast else res.max_restarts
+    restarts = res.max_restarts  # a restarted worker rejoins a broadcast group formed again (actors/weights.py)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
@@ -344,7 +342,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 run_name,
                 lambda i: (cfg, model_path, i, threads(cfg, res.rollout), pool_of(i), tools, token),
                 groups,
-                rollout_restarts,
+                restarts,
                 # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
                 concurrency_groups={WEIGHT_LANE: 1} if cfg.rollout.partial else None,
             )

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost, wait_restarted
-from actors.weights import raise_lost_member, start_weight_sync
+from actors.restarts import wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost
+from actors.weights import start_weight_sync
 from relay.config import Config
 from relay.envs.data import PromptIterator
-from relay.failures import ActorLost, CallRaised, raised_line
+from relay.failures import ActorLost, raised_line
 from relay.fault_points import hit
 from relay.run import metric_keys as keys
 from relay.run.folder import merge_rollout_metrics
@@ -249,16 +250,17 @@ class RolloutProducer:
                 return
             self._receive(done[0])
 
-    def _progress(self, loads: dict | None = None) -> None:
+    def _progress(self, loads: dict | None = None, wake: list = ()) -> None:
         """Wait until a group comes back (received here) or one of `loads` (weight load ref -> its
-        worker) is done, at most until the earliest deadline of a busy worker; a worker past it is
-        killed so that Ray restarts it (a hung method cannot be cancelled), and its calls fail into
-        _receive's recovery."""
+        worker) or of `wake` is done, at most until the earliest deadline of a busy worker; a worker
+        past it is killed so that Ray restarts it (a hung method cannot be cancelled), and its calls
+        fail into _receive's recovery."""
         timeout, loads = self.cfg.resources.rollout_timeout_s, loads or {}
         busy = {call.worker for call in self.calls.values()} | set(loads.values())
         now = time.monotonic()
         left = min((self.quiet_since[w] + timeout - now for w in busy), default=timeout)
-        done, _ = ray.wait([*self.calls, *loads], num_returns=1, timeout=max(0.0, left), fetch_local=False)
+        waited = [*self.calls, *loads, *wake]
+        done, _ = ray.wait(waited, num_returns=1, timeout=max(0.0, left), fetch_local=False)
         for ready in done:
             if ready in self.calls:
                 return self._receive(ready)
@@ -287,6 +289,10 @@ class RolloutProducer:
         calls in flight, before the calls started from now on. A failed previous sync
         raises here, unless a rollout worker died under it (its next call recovers it)."""
         self._wait_weights()
+        group = self.actors.weight_broadcast
+        if group is not None and group.broken(self.actors.faults):  # a member is not the one that joined:
+            self.drain()  # once every call in flight is back, every member is idle and can join
+            self._form_broadcast(group)
         busy = {call.worker for call in self.calls.values()}
         for w in set(range(len(self.actors.rollout))) - busy:
             self.quiet_since[w] = time.monotonic()  # an idle worker starts loading now
@@ -309,13 +315,10 @@ class RolloutProducer:
         """The last sync's loads. A worker that died under its load, or a replacement that has not
         mapped the learner's shared memory (its load answers None), is left to its next call's
         check, which re-sends it the weights; any other failure raises."""
+        if self.actors.weight_broadcast:
+            return self._wait_broadcast()
         learner = self.actors.learner  # past resources.call_timeout_s it is killed and the run stops
-        try:
-            self.actors.faults.get(self.learner_refs, [learner] * len(self.learner_refs), "weights")
-        except CallRaised:  # a broadcast member that died under the learner's send is the cause
-            if self.actors.weight_broadcast:
-                raise_lost_member(self.actors.rollout, "weight broadcast")
-            raise
+        self.actors.faults.get(self.learner_refs, [learner] * len(self.learner_refs), "weights")
         # a load waits behind the worker's calls in flight: groups keep coming meanwhile, and a hung
         # worker is found as in take
         while (
@@ -331,6 +334,39 @@ class RolloutProducer:
                 self.actors.faults.count("call_errors")
                 self._reload(w, f"its weight load raised {raised_line(e)}")
         self.learner_refs, self.weight_refs = [], []
+
+    def _wait_broadcast(self) -> None:
+        """The last broadcast: the learner sends while each worker receives, after its calls in
+        flight (a hung worker is found as in take). A member lost in it may leave survivors waiting
+        inside the broken collective: every worker is restarted (their calls in flight are redone
+        on the replacements, which get the weights through the object store) and the group forms
+        again before the next broadcast. A learner lost in it raises, to be restored."""
+        faults, learner, refs = self.actors.faults, self.actors.learner, [*self.learner_refs, *self.weight_refs]
+        while True:
+            done, pending = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+            if not pending or _raised(done):
+                break
+            self._progress({ref: w for w, ref in enumerate(self.weight_refs) if ref in pending}, wake=self.learner_refs)
+        if _raised(done):
+            if _raised([r for r in self.learner_refs if r in done], RayActorError):  # it died: restored
+                faults.get(self.learner_refs, [learner] * len(self.learner_refs), "weight broadcast")
+            faults.count("actor_errors")
+            faults.log(f"relay: fault: weight broadcast v{self.version} failed; restarting the rollout workers")
+            group, workers = self.actors.weight_broadcast, self.actors.rollout
+            group.restart_members(faults, learner, workers, self.learner_refs)
+            # their calls in flight fail and are redone (recovered here: no second restart counted);
+            # the replacements are idle, so the group forms now
+            self.lives = [life + 1 for life in self.lives]
+            self.quiet_since = [time.monotonic()] * len(workers)
+            self._form_broadcast(group)
+        self.learner_refs, self.weight_refs = [], []
+
+    def _form_broadcast(self, group) -> None:
+        self.actors.faults.log("relay: fault: forming the weight broadcast group again")
+        try:
+            group.form(self.actors.learner, self.actors.rollout, self.actors.faults.worker_restarts)
+        except (RayTaskError, RayActorError) as e:
+            raise ActorLost(f"the weight broadcast group could not form again ({type(e).__name__})") from None
 
     def _reload(self, w: int, why: str) -> None:
         faults, worker = self.actors.faults, self.actors.rollout[w]
@@ -350,3 +386,14 @@ class RolloutProducer:
             "redo": [list(item) for item in self.redo],
             "rows": {str(i): row for i, row in self.rows.items()},
         }
+
+
+def _raised(done: list, errors: tuple | type = (RayActorError, RayTaskError)) -> bool:
+    """Whether any of the finished refs `done` raised one of `errors` (by default: an actor that
+    died, or a call that raised)."""
+    for ref in done:
+        try:
+            ray.get(ref)
+        except errors:
+            return True
+    return False

@@ -21,8 +21,9 @@ import ray
 import torch
 
 from actors.plumbing import RelayActor
+from actors.restarts import is_restarted_actor
 from actors.serializable import unpicklable, unserializable_record
-from actors.supervision import Call, EnvPoolCalls, Supervisor, is_restarted_actor
+from actors.supervision import Call, EnvPoolCalls, Supervisor
 from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts

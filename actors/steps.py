@@ -18,8 +18,8 @@ from ray.exceptions import RayActorError
 from actors.lora_reference import LearnerAsReference
 from actors.pools import Actors
 from actors.producer import RolloutProducer
+from actors.restarts import wait_restarted
 from actors.reward_model import score_with_reward_model
-from actors.supervision import wait_restarted
 from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source

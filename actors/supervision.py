@@ -28,18 +28,17 @@ batch, an update, a checkpoint) default to generous values.
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
 
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
+from actors.restarts import process_id, wait_restarted
 from relay.failures import ActorLost, CallRaised, actor_error_line, raised_line
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
@@ -295,7 +294,7 @@ class EnvPoolCalls:
         self.pid: int | None = None  # the pool's process when the episodes began
 
     def _pid(self) -> int:
-        return self.faults.env_call(self.pool, lambda: self.pool.__ray_call__.remote(_process_id), f"{self.what} ping")
+        return self.faults.env_call(self.pool, lambda: self.pool.__ray_call__.remote(process_id), f"{self.what} ping")
 
     def reset(self, episode_ids: list[str], rows: list[dict]):
         self.pid = self._pid()
@@ -334,38 +333,6 @@ def role_actors(handle) -> list:
     if isinstance(handle, LearnerAsReference):
         handle = handle.learner
     return list(handle.ranks) if isinstance(handle, RankGroup) else [handle]
-
-
-def _process_id(actor) -> int:
-    return os.getpid()
-
-
-def is_restarted_actor() -> bool:
-    """Called in an actor's constructor: whether Ray is rebuilding it after a loss (False outside Ray)."""
-    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-        return False
-    with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated actor_id
-        warnings.simplefilter("ignore")
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-
-
-def wait_restarted(actor, timeout_s: float) -> bool:
-    """True once `actor` answers again (restarted); False when it is gone for good (ActorDiedError)
-    or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable, or
-    never be answered (sent to the instance being killed): ping again, each ping briefly."""
-    deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=min(left, PING_S))
-            return True
-        except (ActorUnavailableError, GetTimeoutError):
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-        except RayActorError:
-            return False
-    return False
-
-
-PING_S = 5.0  # one ping's wait while a killed actor is being restarted
 
 
 class actor_loss_stops:

@@ -14,6 +14,15 @@ from relay.fault_points import hit
 from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
 
+# Broadcast groups this process has left, kept for its life: a gloo group whose peers died may abort
+# the whole process when it is destroyed, and the group is formed again after exactly such a loss.
+_left_groups: list[WeightGroup] = []
+
+
+def _leave(group: WeightGroup | None) -> None:
+    if group is not None:
+        _left_groups.append(group)
+
 
 class SendsWeights:
     """The learner's end: the object-store payload, the same-node shared-memory buffers, or rank 0
@@ -60,6 +69,7 @@ class SendsWeights:
         return host, self.weight_socket.getsockname()[1], self.weight_plan
 
     def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
+        _leave(self.weight_group)
         self.weight_group = WeightGroup(
             host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.weight_socket, secret=secret
         )
@@ -100,6 +110,7 @@ class ReceivesWeights:
         plan: BroadcastPlan,
         secret: bytes,
     ) -> None:
+        _leave(self.weight_group)
         self.weight_group = WeightGroup(host, port, rank, world_size, backend, tag, member_host(host), secret=secret)
         self.weight_plan = plan
 

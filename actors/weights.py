@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.supervision import ATTEMPTS_PER_CALL, PING_S, Call, role_actors, wait_restarted
+from actors.restarts import PING_S, process_ids, replaced
+from actors.supervision import ATTEMPTS_PER_CALL, Call, role_actors
 from relay.failures import ActorLost
 
 WEIGHT_LANE = "weights"  # rollout.partial: the rollout workers' concurrency group for weight calls
@@ -61,10 +62,11 @@ def broadcast_backend(resources) -> str:
 @dataclass
 class BroadcastGroup:
     """The learner and every rollout worker in one collective weight group (rank 0 sends). A
-    worker that dies or hangs in a broadcast, or that Ray restarted since the group formed, leaves
-    the group broken: every worker is restarted (a survivor may wait inside the broken collective
-    until its 10-minute timeout) and the group is formed again under a new tag, then the sync is
-    redone. Sync mode only; the producer's overlapped syncs do not re-form it (pools.py)."""
+    worker that Ray restarted since the group formed, or a restored learner, is not in it: the
+    group is formed again under a new tag before the next broadcast. A worker that dies or hangs
+    in a broadcast leaves survivors that may wait inside the broken collective until its 10-minute
+    timeout: every worker is restarted first. In sync mode here; the producer's overlapped syncs
+    do the same between the calls in flight (actors/producer.py)."""
 
     backend: str
     tag: str
@@ -76,11 +78,19 @@ class BroadcastGroup:
         open_broadcast(learner, workers, self.backend, tag=f"{self.tag}/{self.generation}")
         self.restarts_seen = restarts_seen
 
+    def broken(self, faults) -> bool:
+        """A member is not the one that joined: a worker restarted since, or the group was marked."""
+        return faults.worker_restarts != self.restarts_seen
+
+    def form_again(self) -> None:
+        """Have the group formed again before the next broadcast (a member left it)."""
+        self.restarts_seen = -1
+
     def sync(self, actors, version: int) -> None:
         faults, learner, workers = actors.faults, actors.learner, actors.rollout
         faults.weights = (learner.get_weights.remote, version)  # a worker restarted mid-rollout loads these first
         for _ in range(ATTEMPTS_PER_CALL):
-            if faults.worker_restarts != self.restarts_seen:
+            if self.broken(faults):
                 try:
                     self.form(learner, workers, faults.worker_restarts)
                 except (RayTaskError, RayActorError) as e:  # the learner may wait in it for its timeout: stop
@@ -97,30 +107,24 @@ class BroadcastGroup:
                     faults.get(learner_refs, learner, "weight broadcast")  # raises the learner's death
             faults.count("timeouts" if pending else "actor_errors")
             faults.log(f"relay: fault: weight broadcast v{version} failed; restarting the rollout workers to re-form it")
-            self.restart_workers(faults, learner, workers, learner_refs)
+            self.restart_members(faults, learner, workers, learner_refs)
             faults.count("retried_calls")
         raise ActorLost(f"the weight broadcast failed {ATTEMPTS_PER_CALL} times in a row")
 
-    def restart_workers(self, faults, learner, workers: list, learner_refs: list) -> None:
+    def restart_members(self, faults, learner, workers: list, learner_refs: list) -> None:
+        """Restart every rollout worker (a survivor may wait inside the broken collective), each
+        replacement waited for; the group is then formed again before the next broadcast."""
+        old = process_ids(workers)
         for worker in workers:
             ray.kill(worker, no_restart=False)
         # the learner's send fails once its peers are gone; past the deadline it is the hung one: the run stops
         faults.wait(learner_refs, [learner] * len(learner_refs), "weight broadcast")
-        for i, worker in enumerate(workers):
-            if not wait_restarted(worker, faults.rollout_timeout_s):
+        for i, (worker, pid) in enumerate(zip(workers, old)):
+            if not replaced(worker, pid, faults.rollout_timeout_s):
                 raise ActorLost(f"rollout-{i}: the worker is gone (weight broadcast, and no replacement answered)")
             faults.count("restarts")
             faults.worker_restarts += 1
-
-
-def raise_lost_member(workers: list, what: str) -> None:
-    """ActorLost naming the first rollout worker that is gone (not restarted where the group cannot
-    be formed again), so the run stops with its one line and resources.auto_resume goes on."""
-    for i, worker in enumerate(workers):
-        try:
-            ray.get(worker.__ray_ready__.remote(), timeout=PING_S)
-        except (RayActorError, GetTimeoutError) as e:
-            raise ActorLost(f"rollout-{i} was lost in the {what} ({type(e).__name__})") from None
+        self.form_again()
 
 
 def learner_lost(learner) -> bool:
@@ -225,7 +229,8 @@ def start_weight_sync(actors, version: int) -> tuple[list, list]:
     with rollout.partial the call runs at once on the worker's weight lane and stages them for
     its rollout's next pause (relay/weights/staged.py)."""
     learner, workers = actors.learner, actors.rollout
-    if actors.weight_broadcast:
+    if actors.weight_broadcast:  # a worker restarted meanwhile is sent them through the object store
+        actors.faults.weights = (learner.get_weights.remote, version)
         return [learner.broadcast_weights.remote()], [w.receive_weights.remote(version) for w in workers]
     written, shared = _shared_memory_write(actors, version)
     weights = learner.get_weights.remote() if not all(shared) else learner.get_weights.remote  # put once

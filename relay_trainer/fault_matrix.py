@@ -67,11 +67,9 @@ class Cell:
         return POINT_TASK.get(self.point, "default")
 
     def stops_by_design(self) -> bool:
-        """Its fault stops the run, which auto_resume resumes (see NOT_RESTARTED); so does a broadcast
-        member lost under the producer's overlapped syncs, which do not form the group again."""
+        """Its fault stops the run, which auto_resume resumes (see NOT_RESTARTED)."""
         learner_raises = self.kind == "exception" and self.point in LEARNER_POINTS
-        overlapped_broadcast = self.point == "weights.load.broadcast" and self.mode != "sync"
-        return self.point in NOT_RESTARTED or learner_raises or overlapped_broadcast
+        return self.point in NOT_RESTARTED or learner_raises
 
     def ends_the_run(self) -> bool:
         """An exception in the driver's own loop ends the run (the driver is the run; --resume goes on)."""

@@ -130,7 +130,8 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             stopping = stop.requested  # read once: the checkpoint and the stop agree
             due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
             if due or (stopping and cfg.checkpoint.on_stop):
-                if (pipeline := plan.state_dict()) is not None:  # first: it may draw prompts
+                # first: it may draw prompts; it waits on the last weight sync, where a learner may be lost
+                if (pipeline := recovery.run(plan.state_dict, "checkpoint")) is not None:
                     state["pipeline"] = pipeline
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
                 save = partial(save_training_checkpoint, actors, run_dir / "checkpoints", step + 1, state)

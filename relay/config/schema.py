@@ -324,7 +324,7 @@ class ResourcesConfig:
     # state, then the updates since it replayed from the inputs the driver kept; no step is lost or
     # repeated. Up to learner_restores times per run (0: a lost learner stops the run).
     learner_restores: int = 3
-    # A learner out of restores (or one whose weights go out by broadcast), a reference or a critic
+    # A learner out of restores, a reference or a critic
     # that dies ends the run with its last checkpoint and the --resume command; auto_resume: N
     # resumes from that checkpoint up to N times, in the driver.
     auto_resume: int = 0

@@ -110,7 +110,8 @@ def test_a_hung_rollout_worker_is_killed_at_its_deadline_and_the_shard_redone(ac
 
 
 def test_a_pool_restarted_between_two_steps_loses_the_shard_and_a_bug_stays_a_bug(actors):
-    from actors.supervision import EnvPoolCalls, ShardLost, Supervisor, wait_restarted
+    from actors.restarts import wait_restarted
+    from actors.supervision import EnvPoolCalls, ShardLost, Supervisor
 
     pool = EnvPoolCalls(actors.env[0], Supervisor(CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S), "test env")
     pool.reset(["between-0"], make_rows(1, seed=1))

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from actors.pools import actor_pools, connect
-from actors.supervision import wait_restarted
+from actors.restarts import wait_restarted
 from relay.config import load_config
 from relay.run.folder import resolve_model_path
 

@@ -17,8 +17,9 @@ import ray
 from actors.checkpoints import save_training_checkpoint
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
+from actors.restarts import wait_restarted
 from actors.reward_model import RewardModelPool
-from actors.supervision import ATTEMPTS_PER_CALL, Supervisor, wait_restarted
+from actors.supervision import ATTEMPTS_PER_CALL, Supervisor
 from relay.config import load_config
 from relay.failures import ActorLost, CallRaised
 from relay.types import Sample

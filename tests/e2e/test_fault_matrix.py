@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 SAMPLE = [
     Cell("weights.load.shared_memory", "hang", "sync", "separate", "shared_memory"),
     Cell("env.step", "sigkill", "async", "separate", "shared_memory"),
-    Cell("reward.function", "exception", "one_step_off", "separate", "shared_memory"),
+    Cell("weights.load.broadcast", "exception", "one_step_off", "separate", "broadcast"),
     Cell("learner.update", "ray_kill", "sync", "colocated", "none"),
 ]
 BASELINES: dict = {}  # a configuration's undisturbed rewards, made once for the file's cells

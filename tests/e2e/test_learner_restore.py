@@ -29,8 +29,9 @@ KILLED_AFTER = (1, 3)  # steps logged; the next step's update kills the learner
 KEYS = ("faults/learner_restores", "faults/restarts", "faults/actor_errors")
 
 
-def argv(tmp_path, name: str, every: int) -> list[str]:
+def argv(tmp_path, name: str, every: int, extra: tuple[str, ...] = ()) -> list[str]:
     return [
+        *extra,
         f"run.output_dir={tmp_path}",
         f"run.name={name}",
         f"training.steps={STEPS}",
@@ -57,7 +58,9 @@ def kill_in_loss():
     return patch
 
 
-def run(monkeypatch, tmp_path, name: str, every: int, kill: bool) -> tuple[list[dict], dict]:
+def run(
+    monkeypatch, tmp_path, name: str, every: int, kill: bool, extra: tuple[str, ...] = ()
+) -> tuple[list[dict], dict]:
     """driver.main; each step's metrics and the final checkpoint's tensors."""
     reported, original = [], driver.train
 
@@ -67,7 +70,7 @@ def run(monkeypatch, tmp_path, name: str, every: int, kill: bool) -> tuple[list[
             ray.get(ray.get_actor(f"{name}/learner-0", namespace="relay").__ray_call__.remote(kill_in_loss()))
 
     monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=after))
-    assert driver.main(argv(tmp_path, name, every)) == 0
+    assert driver.main(argv(tmp_path, name, every, extra)) == 0
     final = latest_checkpoint(tmp_path / name / "checkpoints")
     tensors = {g: load_file(str(final / f"{g}.safetensors")) for g in ("policy", "optimizer")}
     return reported, tensors
@@ -79,11 +82,17 @@ def undisturbed(tmp_path_factory):
         return run(monkeypatch, tmp_path_factory.mktemp("undisturbed"), "undisturbed", EVERY, kill=False)
 
 
+BROADCAST = ("resources.weight_sync=broadcast",)
+
+
+# The broadcast weight group: the replacement learner is not in it, so it forms again before the
+# next broadcast (the weights are the same numbers as through shared memory).
+@pytest.mark.parametrize("extra", [(), pytest.param(BROADCAST, id="broadcast", marks=pytest.mark.slow)])
 def test_a_learner_killed_in_its_update_is_restored_and_the_run_loses_no_step(
-    undisturbed, tmp_path, monkeypatch, capsys
+    undisturbed, tmp_path, monkeypatch, capsys, extra
 ):
     name = "restore"
-    reported, tensors = run(monkeypatch, tmp_path, name, EVERY, kill=True)
+    reported, tensors = run(monkeypatch, tmp_path, name, EVERY, kill=True, extra=extra)
     expected, expected_tensors = undisturbed
     assert len(reported) == STEPS
     assert [m["reward/mean"] for m in reported] == [m["reward/mean"] for m in expected]
