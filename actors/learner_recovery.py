@@ -35,7 +35,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.rank_group import RankGroup
-from actors.restarts import process_ids, replaced, wait_restarted
+from actors.restarts import wait_restarted
 from actors.supervision import role_actors
 from actors.weights import open_shared_memory
 from relay.checkpoint.manifest import STATE, verify_checkpoint
@@ -158,13 +158,8 @@ class LearnerRecovery:
         faults = self.actors.faults
         fresh = ray.get([rank.__ray_call__.remote(_needs_restore) for rank in group.ranks], timeout=faults.timeout_s)
         survivors = [rank for rank, restarted in zip(group.ranks, fresh) if not restarted]
-        old = process_ids(survivors)
-        for rank in survivors:
-            ray.kill(rank, no_restart=False)
-        for rank, pid in zip(survivors, old):
-            if not replaced(rank, pid, faults.rollout_timeout_s):
-                raise ActorLost("a learner rank is gone (restarted with the group, no replacement answered)")
-        group.join(group.backend)
+        if not group.restart(survivors, faults.rollout_timeout_s):
+            raise ActorLost("a learner rank is gone (restarted with the group, no replacement answered)")
 
     def _base_state(self) -> tuple[dict[str, bytes] | None, dict | None]:
         """The base checkpoint's learner groups as their files' bytes (no torch here) and its meta; a

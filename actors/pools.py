@@ -220,7 +220,8 @@ def create_role(
     """The learner, reference or critic, started with its `settings` (relay/config/role_settings.py): one
     actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it fits) when the
     role is sharded (relay/update/fsdp.py), formed by `RankGroup.join` once every rank's constructor is done."""
-    lives = learner_restarts(cfg) if role == "learner" else 0  # restored in place: actors/learner_recovery.py
+    # learner: restored in place (actors/learner_recovery.py); the frozen reference: restarted (actors/steps.py)
+    lives = {"learner": learner_restarts(cfg), "reference": cfg.resources.max_restarts}.get(role, 0)
     ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups, lives)
     return RankGroup(ranks) if is_sharded(settings.training, res.count) else ranks[0]
 

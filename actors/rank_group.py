@@ -14,6 +14,7 @@ from __future__ import annotations
 import ray
 
 from actors.plumbing import RelayActor, member_host, store_host
+from actors.restarts import process_ids, replaced
 
 
 class RankMember:
@@ -129,6 +130,19 @@ class RankGroup:
         host, port = ray.get(self.ranks[0].listen_for_rank_group.remote(one_node=len(set(nodes)) == 1))
         world = len(self.ranks)
         ray.get([r.join_rank_group.remote(host, port, i, world, backend) for i, r in enumerate(self.ranks)])
+
+    def restart(self, ranks: list, timeout_s: float) -> bool:
+        """Restart `ranks` (killed, each replacement waited for), then form the group again: a
+        group that lost a rank has a dead member in its process group, and a survivor may wait
+        inside a collective, so every rank not already replaced must be among `ranks`. False when
+        a replacement does not answer within `timeout_s`."""
+        old = process_ids(ranks)
+        for rank in ranks:
+            ray.kill(rank, no_restart=False)
+        if not all(replaced(rank, pid, timeout_s) for rank, pid in zip(ranks, old)):
+            return False
+        self.join(self.backend)
+        return True
 
     def raise_failed_peers(self) -> None:
         """Raise the error of a rank other than 0 whose call failed (rank 0's the driver sees)."""

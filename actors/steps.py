@@ -18,14 +18,16 @@ from ray.exceptions import RayActorError
 from actors.lora_reference import LearnerAsReference
 from actors.pools import Actors
 from actors.producer import RolloutProducer
-from actors.restarts import wait_restarted
+from actors.rank_group import RankGroup
+from actors.restarts import process_ids, wait_restarted
 from actors.reward_model import score_with_reward_model
+from actors.supervision import ATTEMPTS_PER_CALL, role_actors
 from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
 from relay.envs.data import PromptIterator
 from relay.envs.scoring import trainable
-from relay.failures import step_failures
+from relay.failures import ActorLost, step_failures
 from relay.run import metric_keys as keys
 from relay.run.folder import PhaseTimer, eval_metrics, merge_rollout_metrics, split
 from relay.types import Sample
@@ -155,10 +157,41 @@ class ActorCalls:
             refs["values"] = actors.critic.compute_values.remote(step_ref)
             handles.append(actors.critic)
         if actors.reference is not None and "ref_logprobs" not in refs:
-            refs["ref_logprobs"] = actors.reference.compute_logprobs.remote(step_ref)
+            refs["ref_logprobs"] = self._reference_logprobs(step_ref)
             handles.append(actors.reference)
         actors.faults.wait(list(refs.values()), handles, "logprobs and values", long=True)
         return refs
+
+    def _reference_logprobs(self, step_ref):
+        """The reference's logprobs (a ref: they stay in the object store, and no torch here). Its
+        state is its constructor's (the model path's frozen weights), so a reference that died or
+        hung (killed past its deadline) is restarted and its pass made again; a rank group's ranks
+        are all restarted and the group formed again. Its process id tells a pass that outlived
+        its process. A pass that raised stops the run when the update reads it."""
+        faults, reference = self.actors.faults, self.actors.reference
+        ranks = role_actors(reference)
+        faults.restorable.update(rank._actor_id for rank in ranks)  # past its deadline: killed to be restarted
+        for attempt in range(1, ATTEMPTS_PER_CALL + 1):
+            before = process_ids(ranks)
+            ref = reference.compute_logprobs.remote(step_ref)
+            try:
+                faults.wait(ref, reference, "reference logprobs", long=True)
+                if process_ids(ranks) == before:
+                    return ref
+                faults.count("actor_errors")
+            except ActorLost:  # hung, and killed to be restarted
+                pass
+            faults.log(f"relay: fault: reference logprobs: the reference was lost; restarting it (attempt {attempt + 1})")
+            restarted = (
+                reference.restart(ranks, faults.rollout_timeout_s)
+                if isinstance(reference, RankGroup)
+                else wait_restarted(reference, faults.rollout_timeout_s)
+            )
+            if not restarted:
+                raise ActorLost("reference: the actor is gone (lost in its pass, and no replacement answered)")
+            faults.count("restarts")
+            faults.count("retried_calls")
+        raise ActorLost(f"reference logprobs: the reference was lost {ATTEMPTS_PER_CALL} times in a row")
 
     def learner_inputs(self, step_ref) -> dict:
         """What the learner makes of the advantage inputs: old logprobs (unless its update finds

@@ -42,12 +42,13 @@ POINT_TASK = {
     "reward.model": "reward_model",
 }
 # Where a fault stops the run by design, and auto_resume resumes it from the last checkpoint
-# (written every step here): the reference and the critic are not restarted (their state is the
-# run's), and a call of the learner (or the colocated worker, which is the learner) that raises
-# after its update began may have half-changed its state. A learner that dies or hangs is restored
-# in place; a colocated step whose rollout raised is redone.
-NOT_RESTARTED = ("reference.forward", "critic.forward")
-LEARNER_POINTS = ("learner.update", "checkpoint.write", "weights.load.colocated")
+# (written every step here): the critic is not restarted (its state is the run's); a call of the
+# learner (or the colocated worker, which is the learner) that raises after its update began may
+# have half-changed its state; and a reference whose forward raises would raise again (it is
+# frozen). A learner that dies or hangs is restored in place, a reference restarted; a colocated
+# step whose rollout raised is redone.
+NOT_RESTARTED = ("critic.forward",)
+RAISING_STOPS = ("learner.update", "checkpoint.write", "weights.load.colocated", "reference.forward")
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class Cell:
 
     def stops_by_design(self) -> bool:
         """Its fault stops the run, which auto_resume resumes (see NOT_RESTARTED)."""
-        learner_raises = self.kind == "exception" and self.point in LEARNER_POINTS
-        return self.point in NOT_RESTARTED or learner_raises
+        raises = self.kind == "exception" and self.point in RAISING_STOPS
+        return self.point in NOT_RESTARTED or raises
 
     def ends_the_run(self) -> bool:
         """An exception in the driver's own loop ends the run (the driver is the run; --resume goes on)."""

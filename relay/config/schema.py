@@ -307,14 +307,15 @@ class ResourcesConfig:
     # resources.rollout.node_resource asks for no other node (validate_pipeline.with_layout; the
     # faster layout, docs/engines.md); false: a separate actor for each role.
     colocate: bool | None = None
-    # Faults (actors/supervision.py). Rollout workers, env pools, tool executors and reward models are restarted
-    # by Ray up to max_restarts times each (-1: no limit; 0: never); the call that lost its actor
-    # is redone on the replacement. A call past its deadline kills its actor (then restarted):
+    # Faults (actors/supervision.py). Rollout workers, env pools, tool executors, reward models and the
+    # reference are restarted by Ray up to max_restarts times each (-1: no limit; 0: never); the call
+    # that lost its actor is redone on the replacement. A call past its deadline kills its actor (then restarted):
     # call_timeout_s for environment, tool, scoring and weight calls, rollout_timeout_s for a
     # whole rollout shard and for a restarted actor to answer. Both far above a healthy call's time.
     # update_timeout_s: the learner's, reference's, critic's and reward model's passes over the whole
     # batch (logprobs, values, scores, the updates) and checkpoint save/load; past it the actor is
-    # killed: a learner to be restored (learner_restores), else the run stops as if it had died.
+    # killed: a learner to be restored (learner_restores), a reference or reward model restarted,
+    # a critic for good (the run stops as if it had died).
     max_restarts: int = 3
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
@@ -324,9 +325,9 @@ class ResourcesConfig:
     # state, then the updates since it replayed from the inputs the driver kept; no step is lost or
     # repeated. Up to learner_restores times per run (0: a lost learner stops the run).
     learner_restores: int = 3
-    # A learner out of restores, a reference or a critic
-    # that dies ends the run with its last checkpoint and the --resume command; auto_resume: N
-    # resumes from that checkpoint up to N times, in the driver.
+    # A learner out of restores, a critic, or an actor out of restarts that dies ends the run with
+    # its last checkpoint and the --resume command; auto_resume: N resumes from that checkpoint up
+    # to N times, in the driver.
     auto_resume: int = 0
 
 
