@@ -287,7 +287,8 @@ class RolloutProducer:
     def sync_weights(self, version: int) -> None:
         """Send the learner's new weights without waiting: each worker loads them after its
         calls in flight, before the calls started from now on. A failed previous sync
-        raises here, unless a rollout worker died under it (its next call recovers it)."""
+        raises here, unless a rollout worker died under it (its next call recovers it; under a
+        broadcast every worker is restarted and the group formed again)."""
         self._wait_weights()
         group = self.actors.weight_broadcast
         if group is not None and group.broken(self.actors.faults):  # a member is not the one that joined:
@@ -338,9 +339,10 @@ class RolloutProducer:
     def _wait_broadcast(self) -> None:
         """The last broadcast: the learner sends while each worker receives, after its calls in
         flight (a hung worker is found as in take). A member lost in it may leave survivors waiting
-        inside the broken collective: every worker is restarted (their calls in flight are redone
-        on the replacements, which get the weights through the object store) and the group forms
-        again before the next broadcast. A learner lost in it raises, to be restored."""
+        inside the broken collective: every worker is restarted and the group formed again among
+        the idle replacements; their calls in flight are redone after the next broadcast (or, on
+        the weights re-sent through the object store, when their version is found stale). A
+        learner lost in it raises, to be restored."""
         faults, learner, refs = self.actors.faults, self.actors.learner, [*self.learner_refs, *self.weight_refs]
         while True:
             done, pending = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
@@ -354,8 +356,7 @@ class RolloutProducer:
             faults.log(f"relay: fault: weight broadcast v{self.version} failed; restarting the rollout workers")
             group, workers = self.actors.weight_broadcast, self.actors.rollout
             group.restart_members(faults, learner, workers, self.learner_refs)
-            # their calls in flight fail and are redone (recovered here: no second restart counted);
-            # the replacements are idle, so the group forms now
+            # their calls in flight fail into _redo (recovered here); the idle replacements join now
             self.lives = [life + 1 for life in self.lives]
             self.quiet_since = [time.monotonic()] * len(workers)
             self._form_broadcast(group)
@@ -389,8 +390,7 @@ class RolloutProducer:
 
 
 def _raised(done: list, errors: tuple | type = (RayActorError, RayTaskError)) -> bool:
-    """Whether any of the finished refs `done` raised one of `errors` (by default: an actor that
-    died, or a call that raised)."""
+    """Whether any of the finished refs `done` raised one of `errors` (an actor died, a call raised)."""
     for ref in done:
         try:
             ray.get(ref)
