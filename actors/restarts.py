@@ -51,7 +51,8 @@ def process_ids(actors: list) -> list[int | None]:
     """Each actor's process id; None for one that does not answer within PING_S (busy or hung: that
     instance cannot answer a call after its kill either)."""
     refs = [a.__ray_call__.remote(process_id) for a in actors]
-    ray.wait(refs, num_returns=len(refs), timeout=PING_S)
+    if refs:  # ray.wait refuses to wait for none
+        ray.wait(refs, num_returns=len(refs), timeout=PING_S)
     ids = []
     for ref in refs:
         try:
