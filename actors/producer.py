@@ -354,12 +354,11 @@ class RolloutProducer:
                 faults.get(self.learner_refs, [learner] * len(self.learner_refs), "weight broadcast")
             faults.count("actor_errors")
             faults.log(f"relay: fault: weight broadcast v{self.version} failed; restarting the rollout workers")
-            group, workers = self.actors.weight_broadcast, self.actors.rollout
-            group.restart_members(faults, learner, workers, self.learner_refs)
+            self.actors.weight_broadcast.restart_members(faults, learner, self.actors.rollout, self.learner_refs)
             # their calls in flight fail into _redo (recovered here); the idle replacements join now
             self.lives = [life + 1 for life in self.lives]
-            self.quiet_since = [time.monotonic()] * len(workers)
-            self._form_broadcast(group)
+            self.quiet_since = [time.monotonic()] * len(self.lives)
+            self._form_broadcast(self.actors.weight_broadcast)
         self.learner_refs, self.weight_refs = [], []
 
     def _form_broadcast(self, group) -> None:
@@ -394,6 +393,7 @@ def _raised(done: list, errors: tuple | type = (RayActorError, RayTaskError)) ->
     for ref in done:
         try:
             ray.get(ref)
-        except errors:
-            return True
+        except (RayActorError, RayTaskError) as e:
+            if isinstance(e, errors):
+                return True
     return False
