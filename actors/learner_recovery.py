@@ -39,16 +39,10 @@ from actors.restarts import wait_restarted
 from actors.supervision import role_actors
 from actors.weights import open_shared_memory
 from relay.checkpoint.manifest import STATE, verify_checkpoint
-from relay.config import Config
 from relay.failures import ActorLost, CallRaised
 
 T = TypeVar("T")
 LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in a checkpoint (Learner.state)
-
-
-def learner_restarts(cfg: Config) -> int:
-    """The learner's Ray max_restarts (every rank's): resources.learner_restores."""
-    return cfg.resources.learner_restores
 
 
 class LearnerRecovery:

@@ -13,11 +13,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.actor_class import actor_class
 from actors.feasibility import check_feasible
-from actors.learner_recovery import LearnerRecovery, NoRecovery, learner_restarts
+from actors.learner_recovery import LearnerRecovery, NoRecovery
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
-from actors.supervision import Supervisor
+from actors.supervision import Supervisor, role_actors
 from actors.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.role_settings import CriticSettings, PolicySettings
@@ -221,7 +221,7 @@ def create_role(
     actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it fits) when the
     role is sharded (relay/update/fsdp.py), formed by `RankGroup.join` once every rank's constructor is done."""
     # learner: restored in place (actors/learner_recovery.py); the frozen reference: restarted (actors/steps.py)
-    lives = {"learner": learner_restarts(cfg), "reference": cfg.resources.max_restarts}.get(role, 0)
+    lives = {"learner": cfg.resources.learner_restores, "reference": cfg.resources.max_restarts}.get(role, 0)
     ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups, lives)
     return RankGroup(ranks) if is_sharded(settings.training, res.count) else ranks[0]
 
@@ -332,7 +332,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         token = run_token(cfg)  # one bearer token for every endpoint of the run, restarts included
         if res.colocate:  # restarted and restored as a learner is
             make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
-            lives = learner_restarts(cfg)
+            lives = res.learner_restores
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[0]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
@@ -352,7 +352,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if "reference" in roles:
             actors.reference = create_role(
                 Reference, "reference", policy, cfg, res.reference, run_name, model_path, groups
-            )
+            )  # frozen: past a deadline it is killed to be restarted, its pass made again (actors/steps.py)
+            actors.faults.restorable.update(rank._actor_id for rank in role_actors(actors.reference))
         elif cfg.algorithm.kl_coef > 0:  # LoRA: the learner's base model, adapters off
             actors.reference = LearnerAsReference(actors.learner)
         if "critic" in roles:

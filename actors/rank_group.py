@@ -14,7 +14,7 @@ from __future__ import annotations
 import ray
 
 from actors.plumbing import RelayActor, member_host, store_host
-from actors.restarts import process_ids, replaced
+from actors.restarts import restart
 
 
 class RankMember:
@@ -136,10 +136,7 @@ class RankGroup:
         group that lost a rank has a dead member in its process group, and a survivor may wait
         inside a collective, so every rank not already replaced must be among `ranks`. False when
         a replacement does not answer within `timeout_s`."""
-        old = process_ids(ranks)
-        for rank in ranks:
-            ray.kill(rank, no_restart=False)
-        if not all(replaced(rank, pid, timeout_s) for rank, pid in zip(ranks, old)):
+        if not all(restart(ranks, timeout_s)):
             return False
         self.join(self.backend)
         return True

@@ -62,6 +62,15 @@ def process_ids(actors: list) -> list[int | None]:
     return ids
 
 
+def restart(actors: list, timeout_s: float) -> list[bool]:
+    """Kill each of `actors` to be restarted, then wait for each replacement (a process other than
+    the killed one); whether each answered within `timeout_s`."""
+    old = process_ids(actors)
+    for actor in actors:
+        ray.kill(actor, no_restart=False)
+    return [replaced(actor, pid, timeout_s) for actor, pid in zip(actors, old)]
+
+
 def replaced(actor, old_pid: int | None, timeout_s: float) -> bool:
     """Once the replacement of `actor`, killed to be restarted, answers from a process other than
     `old_pid`; False when none does within `timeout_s`."""

@@ -170,7 +170,6 @@ class ActorCalls:
         its process. A pass that raised stops the run when the update reads it."""
         faults, reference = self.actors.faults, self.actors.reference
         ranks = role_actors(reference)
-        faults.restorable.update(rank._actor_id for rank in ranks)  # past its deadline: killed to be restarted
         for attempt in range(1, ATTEMPTS_PER_CALL + 1):
             before = process_ids(ranks)
             ref = reference.compute_logprobs.remote(step_ref)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.restarts import PING_S, process_ids, replaced
+from actors.restarts import PING_S, restart
 from actors.supervision import ATTEMPTS_PER_CALL, Call, role_actors
 from relay.failures import ActorLost
 
@@ -114,13 +114,11 @@ class BroadcastGroup:
     def restart_members(self, faults, learner, workers: list, learner_refs: list) -> None:
         """Restart every rollout worker (a survivor may wait inside the broken collective), each
         replacement waited for; the group is then formed again before the next broadcast."""
-        old = process_ids(workers)
-        for worker in workers:
-            ray.kill(worker, no_restart=False)
+        answered = restart(workers, faults.rollout_timeout_s)
         # the learner's send fails once its peers are gone; past the deadline it is the hung one: the run stops
         faults.wait(learner_refs, [learner] * len(learner_refs), "weight broadcast")
-        for i, (worker, pid) in enumerate(zip(workers, old)):
-            if not replaced(worker, pid, faults.rollout_timeout_s):
+        for i, ok in enumerate(answered):
+            if not ok:
                 raise ActorLost(f"rollout-{i}: the worker is gone (weight broadcast, and no replacement answered)")
             faults.count("restarts")
             faults.worker_restarts += 1

@@ -14,7 +14,7 @@ import random
 from functools import partial
 
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
-from actors.learner_recovery import LearnerRecovery, learner_restarts
+from actors.learner_recovery import LearnerRecovery
 from actors.metrics import publish as publish_ray_metrics
 from actors.pools import actor_pools, connect
 from actors.sft import demonstrations, supervised_stage
@@ -97,7 +97,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
         # a learner lost in the run is restored from its last checkpoint, its later updates replayed
-        actors.recovery = recovery = LearnerRecovery(actors, learner_restarts(cfg), tag=run_dir.name)
+        actors.recovery = recovery = LearnerRecovery(actors, cfg.resources.learner_restores, tag=run_dir.name)
         if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
             load_training_checkpoint(actors, ckpt, groups, state)
             recovery.checkpointed(ckpt)

@@ -46,12 +46,12 @@ def argv(tmp_path, name: str, every: int, extra: tuple[str, ...] = ()) -> list[s
     ]
 
 
-def kill_in_loss():
+def kill_in_loss(sig: int = signal.SIGKILL):
     """Made in a function: Ray pickles it by value (an actor cannot import this test module)."""
 
     def patch(self):
         def loss(micro):
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), sig)
 
         self._actor._loss = loss  # the Learner behind its stand-in (actors/actor_class.py)
 

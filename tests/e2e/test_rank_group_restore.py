@@ -12,7 +12,6 @@ replayed). 2-rank runs: the slow tier.
 from __future__ import annotations
 
 import json
-import os
 import signal
 
 import pytest
@@ -22,21 +21,10 @@ import torch.distributed.checkpoint as dcp
 
 import driver
 from relay.checkpoint.atomic import latest_checkpoint
+from tests.e2e.test_learner_restore import argv, kill_in_loss
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 STEPS, EVERY, LOST_AFTER = 4, 2, (1, 3)
-
-
-def lose_in_loss(sig: int):
-    """Made in a function: Ray pickles it by value (an actor cannot import this test module)."""
-
-    def patch(self):
-        def loss(micro):
-            os.kill(os.getpid(), sig)
-
-        self._actor._loss = loss  # the Learner behind its stand-in (actors/actor_class.py)
-
-    return patch
 
 
 def run(tmp_path, name: str, sig: int | None = None) -> list[dict]:
@@ -45,25 +33,13 @@ def run(tmp_path, name: str, sig: int | None = None) -> list[dict]:
     def after(step, metrics):
         reported.append(metrics)
         if sig is not None and step in LOST_AFTER:
-            ray.get(ray.get_actor(f"{name}/learner-1", namespace="relay").__ray_call__.remote(lose_in_loss(sig)))
+            ray.get(ray.get_actor(f"{name}/learner-1", namespace="relay").__ray_call__.remote(kill_in_loss(sig)))
 
-    argv = [
-        f"run.output_dir={tmp_path}",
-        f"run.name={name}",
-        f"training.steps={STEPS}",
-        "training.prompts_per_step=4",
-        "rollout.n=4",
-        "task.num_eval_rows=4",
-        "training.eval_before=false",
-        f"checkpoint.every={EVERY}",
-        "checkpoint.save_hf_model=false",
-        "logging.console=false",
-        "resources.learner.count=2",
-        "resources.update_timeout_s=30",  # a hung rank is found after this; a healthy update takes a few seconds
-    ]
+    # a hung rank is found after update_timeout_s; a healthy update takes a few seconds
+    extra = ("resources.learner.count=2", "resources.update_timeout_s=30")
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=after))
-        assert driver.main(argv) == 0
+        assert driver.main(argv(tmp_path, name, EVERY, extra)) == 0
     return reported
 
 
