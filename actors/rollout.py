@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 import torch
@@ -29,8 +29,6 @@ from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
 from relay.config import Config, resolve_dotted
 from relay.endpoint.fence import FencedEngine
-from relay.endpoint.rollout import AgentRollout
-from relay.endpoint.server import EndpointServer
 from relay.engines import make_engine
 from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
@@ -45,6 +43,10 @@ from relay.tools.registry import ToolResult
 from relay.types import Sample
 from relay.weights.staged import StagedWeights
 from relay.weights.transfer import WeightPayload
+
+if TYPE_CHECKING:
+    from relay.endpoint.rollout import AgentRollout
+    from relay.endpoint.server import EndpointServer
 
 # rollout.partial: how long a call waits for the weights it was made on, sent just before it on the
 # other lane. A replacement worker that was never sent weights does not wait (the producer redoes
@@ -103,6 +105,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         if self.cfg.task.agent:  # the agent programs run on the EnvPool, their calls reach self.endpoint
             if self.env_pool is None:
                 raise ValueError("task.agent is set but this rollout worker was given no EnvPool")
+            from relay.endpoint.rollout import AgentRollout  # aiohttp and the server: 0.2 s of every worker's start
+
             return AgentRollout(self.endpoint, self._run_agents)
         common = dict(system_prompt=self.cfg.task.system_prompt, prompt_format=self.cfg.task.prompt_format)
         if self.staged is not None:
@@ -276,7 +280,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         if self.cfg.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
-        if isinstance(self.agent, AgentRollout):
+        if self.cfg.task.agent:
             metrics.update(self.agent.metrics)  # agent/calls_mean, agent/history_splits, ...
         return {**metrics, **episode_metrics(samples)} if self.multi_turn else metrics
 
@@ -357,6 +361,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
 def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | None) -> EndpointServer:
     """The worker's endpoint: on the node's address (loopback for a Ray relay started locally)."""
+    from relay.endpoint.server import EndpointServer  # imported by the workers that serve one
+
     e, r = cfg.endpoint, cfg.rollout
     return EndpointServer(
         engine,
