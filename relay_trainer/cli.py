@@ -25,7 +25,7 @@ TOOLS = {
     "plot": ("relay.run.plot", "draw a run's metric curves (or, --timeline, its roles' busy time) to a PNG"),
     "template-check": ("relay.models.template_check", "check a model's chat template for multi-turn training"),
     "tool-server": ("relay.tools.server", "serve sandboxed code runs over HTTP"),
-    "rm-hacks": ("relay.run.rm_hacks", "reward-model exploits in a run's samples"),
+    "rm-hacks": ("relay.rewards.hacks", "reward-model exploits in a run's samples"),
 }
 
 

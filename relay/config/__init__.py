@@ -6,6 +6,7 @@ problem at once, each with its key path, before any actor starts.
     validate.py  validate(cfg) and the checks the sandbox, tool client and tool server share
     dotted.py    resolve_dotted: user code named by `pkg.module:attr`, imported once per process
     engine_registry.py  ENGINES: every rollout engine's name, class path and capability record
+    verdicts.py  VERDICT_PARSERS: the judge's built-in verdict parsers, each declared with its name
 """
 
 from relay.config.dotted import check_dotted, resolve_dotted

@@ -19,8 +19,6 @@ from relay.config.engine_registry import EngineName
 
 # Fields a judge template may name: the prompt (its last user message), the response, the row's answer.
 JUDGE_FIELDS = ("prompt", "response", "ground_truth")
-# Built-in verdict parsers (relay/rewards/reward_model.py VERDICT_PARSERS); anything else is a dotted path.
-VERDICT_PARSERS = ("number", "yes_no")
 
 
 @dataclass(frozen=True)
@@ -29,8 +27,9 @@ class JudgeConfig:
     # and {ground_truth}. Required for kind=judge.
     template: str | None = None
     engine: EngineName = "hf"
-    # How the judge's answer becomes a number: number (the last number in it), yes_no (1.0 for an
-    # answer starting with yes, 0.0 for no), or a dotted path to a function of the text. An answer
+    # How the judge's answer becomes a number: a parser of relay/config/verdicts.py, number (the
+    # last number in it) or yes_no (1.0 for an answer starting with yes, 0.0 for no), or a dotted
+    # path to a function of the text. An answer
     # the parser cannot read is a counted reward error (rm/errors), never a crash.
     parser: str = "number"
     max_new_tokens: int = 16

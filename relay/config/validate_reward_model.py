@@ -8,9 +8,10 @@ import string
 
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.engine_registry import engine_import_error
-from relay.config.reward_model import JUDGE_FIELDS, VERDICT_PARSERS, JudgeConfig
+from relay.config.reward_model import JUDGE_FIELDS, JudgeConfig
 from relay.config.schema import Config
 from relay.config.user_code import wants_rm_score
+from relay.config.verdicts import VERDICT_PARSERS
 
 
 def validate_reward_model(cfg: Config) -> list[str]:
@@ -66,7 +67,7 @@ def _validate_judge(judge: JudgeConfig) -> list[str]:
     if judge.parser not in VERDICT_PARSERS:
         err = check_dotted(judge.parser)
         if err is not None:
-            p.append(f"reward_model.judge.parser: not one of {list(VERDICT_PARSERS)} nor a function: {err}")
+            p.append(f"reward_model.judge.parser: not one of {sorted(VERDICT_PARSERS)} nor a function: {err}")
     if judge.max_new_tokens < 1:
         p.append(f"reward_model.judge.max_new_tokens: must be >= 1, got {judge.max_new_tokens}")
     if (err := engine_import_error(judge.engine)) is not None:

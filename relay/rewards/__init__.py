@@ -1,2 +1,3 @@
 """Reward models: what they read and how a verdict becomes a reward (reward_model), the two kinds
-of scorer (scorers), and the collected reward hacks that train the next tiny reward model (rm_hacks)."""
+of scorer (scorers), the shipped tiny reward model's build (build_rm) and the reward hacks GRPO runs
+found against it, collected for its next build (hacks, rm_hacks.jsonl)."""

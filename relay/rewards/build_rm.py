@@ -2,10 +2,10 @@
 
 The shipped tiny policy answers sampled addition prompts (temperature 1, as in training); each
 prompt's right answer, the wrong answers next to it (NEIGHBOURS), its format violations and the
-hacks GRPO runs found against earlier builds (HACKS) join them; the exact-answer rule labels
-each answer right or wrong; a sequence classifier with one label,
-started from the tiny policy's own weights (a fresh score head), learns to score the right
-answer to a prompt above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
+hacks GRPO runs found against earlier builds (relay/rewards/hacks.py) join them; the exact-answer
+rule labels each answer right or wrong; a sequence classifier with one label, started from the
+tiny policy's own weights (a fresh score head), learns to score the right answer to a prompt
+above a wrong one (Bradley-Terry loss on pairs of answers to one prompt).
 The tiny policy's mistakes are mostly a dropped ones carry (17+25 -> 32), so the reward model
 has to learn carrying. It reads each answer exactly as a RewardModel actor does: the
 conversation rendered with its own chat template.
@@ -22,7 +22,6 @@ seeds: the same machine rebuilds the same bits (450-700 s on a loaded 2-core mac
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -36,6 +35,7 @@ from relay.models.build import HELD_OUT_SEED, record, save_folder
 from relay.models.loading import load_tokenizer
 from relay.models.shipped import BASE, RM_NAME, SHIPPED_DIR, shipped_model
 from relay.models.tiny import encode_chat
+from relay.rewards.hacks import read_hacks
 from relay.rewards.reward_model import conversation
 from relay.types import Sample
 
@@ -60,9 +60,6 @@ RECIPE = {
 # carry errors (+-9, +-11: a carry moved between digits) and a carry too few/many.
 NEIGHBOURS = (-100, -11, -10, -9, -1, 1, 9, 10, 11, 100)
 TRAIN_SEED = 3_000_017  # prompts neither the tiny model's warm start nor any held-out set uses
-# Wrong answers a GRPO policy produced against an earlier tiny-rm and that it scored high,
-# (prompt, answer) per line; the build labels them by the exact rule (`python -m relay.run.rm_hacks runs/<name>` collects them).
-HACKS = Path(__file__).with_name("rm_hacks.jsonl")
 
 
 def malformed(answer: str) -> list[str]:
@@ -130,19 +127,6 @@ def hard_negatives(rows: list[dict]) -> list[tuple[dict, str, str]]:
         out.append((row, str(right), "right"))
         out += [(row, str(right + d), f"{d:+d}") for d in NEIGHBOURS if right + d >= 0]
         out += [(row, text, "format") for text in malformed(str(right))]
-    return out
-
-
-def hacks(digits: int) -> list[tuple[dict, str, str]]:
-    """The collected GRPO hacks (HACKS) as (row, answer, "hack"); the rule labels them later."""
-    if not HACKS.exists():
-        return []
-    out = []
-    for line in HACKS.read_text().splitlines():
-        item = json.loads(line)
-        a, b = (int(x) for x in item["prompt"].split("+"))
-        if max(a, b) < 10**digits:
-            out.append(({"prompt": item["prompt"], "ground_truth": str(a + b)}, item["answer"], "hack"))
     return out
 
 
@@ -268,7 +252,9 @@ def build(out: Path) -> dict:
     )
     train_answers = sample_answers(policy, tokenizer, train_rows, r["answers_per_prompt"], r["seed"])
     eval_answers = sample_answers(policy, tokenizer, eval_rows, 8, 1)
-    collected = hacks(r["digits"])  # read once: the count recorded is the count trained on
+    # the wrong answers GRPO runs found against earlier builds (relay/rewards/hacks.py); read once:
+    # the count recorded is the count trained on
+    collected = read_hacks(r["digits"])
     train_samples, train_labels, _ = labelled(train_answers + hard_negatives(train_rows) + collected)
     # held out: the policy's own answers (what RL shows the RM first), then every hard negative
     own_samples, own_labels, _ = labelled(eval_answers)

@@ -4,6 +4,7 @@ number, the running normalisation of scores and how they combine with the rule r
     messages = conversation(sample)                        # the prompt's messages + the model's turns, as text
     text = judge_prompt(template, sample)                  # kind=judge: the judge's user message
     score = parse_verdict("number", "Score: 7")            # 7.0; ValueError for a malformed verdict
+                                                           # (the parsers: relay/config/verdicts.py)
     norm = RunningMeanStd(); scores = norm.normalize(scores)   # reward_model.normalize
     reward = combine(rule_reward, score, rule_weight, weight)
 
@@ -15,13 +16,12 @@ relay/rewards/scorers.py; the actors and the driver-side pool in actors/reward_m
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
+from relay.config.dotted import resolve_dotted
+from relay.config.verdicts import VERDICT_PARSERS, shown
 from relay.types import Sample
-
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def conversation(sample: Sample) -> list[dict[str, str]]:
@@ -52,36 +52,11 @@ def judge_prompt(template: str, sample: Sample) -> str:
     return template.format(prompt=prompt, response=sample.response_text, ground_truth=truth)
 
 
-def parse_number(text: str) -> float:
-    """The last number in the judge's answer ("Score: 7/10" reads 10, so templates should ask for one number)."""
-    found = _NUMBER.findall(text)
-    if not found:
-        raise ValueError(f"no number in the verdict {_shown(text)}")
-    value = float(found[-1])
-    if not math.isfinite(value):
-        raise ValueError(f"the verdict {_shown(text)} is not a finite number")
-    return value
-
-
-def parse_yes_no(text: str) -> float:
-    """1.0 for a verdict that starts with yes, 0.0 for one that starts with no (any case, after spaces)."""
-    word = text.strip().lower()
-    if word.startswith("yes"):
-        return 1.0
-    if word.startswith("no"):
-        return 0.0
-    raise ValueError(f"the verdict {_shown(text)} starts with neither yes nor no")
-
-
-VERDICT_PARSERS: dict[str, Callable[[str], float]] = {"number": parse_number, "yes_no": parse_yes_no}
-
-
 def verdict_parser(name: str) -> Callable[[str], float]:
-    """A built-in parser by name, or the user's function named by dotted path (text -> number)."""
+    """A built-in parser by name (relay/config/verdicts.py), or the user's function named by dotted
+    path (text -> number)."""
     if name in VERDICT_PARSERS:
         return VERDICT_PARSERS[name]
-    from relay.config import resolve_dotted
-
     return resolve_dotted(name)
 
 
@@ -90,12 +65,8 @@ def parse_verdict(parser: Callable[[str], Any] | str, text: str) -> float:
     fn = verdict_parser(parser) if isinstance(parser, str) else parser
     value = fn(text)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"the parser gave {value!r} for the verdict {_shown(text)}, not a finite number")
+        raise ValueError(f"the parser gave {value!r} for the verdict {shown(text)}, not a finite number")
     return float(value)
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:80] + "...")
 
 
 class RunningMeanStd:

@@ -9,17 +9,16 @@ import statistics
 import pytest
 
 from actors.reward_model import RewardModelPool
-from relay.config import load_config
+from relay.config import ConfigError, load_config
 from relay.config.user_code import check_reward_fn, wants_rm_score
+from relay.config.verdicts import VERDICT_PARSERS, parse_number, parse_yes_no, verdict_parser
 from relay.envs.trajectory import reward_caller
 from relay.rewards.reward_model import (
     RunningMeanStd,
     combine,
     conversation,
     judge_prompt,
-    parse_number,
     parse_verdict,
-    parse_yes_no,
     score_metrics,
 )
 from relay.types import Sample
@@ -168,11 +167,16 @@ def test_a_reward_function_taking_rm_score_combines_it_itself():
     assert [s.reward for s in samples] == [1.5, 2.0]  # the function's value; reward_model.weight plays no part
 
 
-def test_the_config_names_every_built_in_verdict_parser():
-    from relay.config.reward_model import VERDICT_PARSERS as NAMES
-    from relay.rewards.reward_model import VERDICT_PARSERS
-
-    assert set(NAMES) == set(VERDICT_PARSERS)
+def test_each_verdict_parser_is_declared_with_its_name_once():
+    """The registry is the one list of names: the config check offers exactly its names, and a
+    second parser under a taken name is refused where it is declared."""
+    assert VERDICT_PARSERS == {"number": parse_number, "yes_no": parse_yes_no}
+    judge = ["reward_model.path=tiny-rm", "reward_model.kind=judge", "reward_model.judge.template={response}"]
+    with pytest.raises(ConfigError, match=r"reward_model.judge.parser: not one of \['number', 'yes_no'\]"):
+        load_config(None, [*judge, "reward_model.judge.parser=numbr"])
+    with pytest.raises(ValueError, match="declared twice"):
+        verdict_parser("number")(lambda text: 0.0)
+    assert VERDICT_PARSERS["number"] is parse_number
 
 
 def test_reward_model_actor_repr_even_when_its_init_failed():

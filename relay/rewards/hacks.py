@@ -1,10 +1,12 @@
-"""Collect the reward hacks of a GRPO run against a reward model, for the next build of tiny-rm:
-`python -m relay.run.rm_hacks runs/<name> [--rm PATH] [--out FILE]`.
+"""The reward hacks of GRPO runs against a reward model, which the next build of tiny-rm trains on:
+their file (HACKS, shipped beside this module), how a build reads it (`read_hacks`) and how a run's
+are collected: `relay rm-hacks runs/<name> [--rm PATH] [--out FILE]`
+(`python -m relay.rewards.hacks`).
 
 Reads the run's sample files (run with logging.samples_every=1 and a large
 logging.samples_per_write to see whole batches), keeps each arithmetic answer the exact rule
 calls wrong, scores it and the prompt's right answer with the reward model (default: the shipped
-tiny-rm) and appends to `--out` (default relay/models/rm_hacks.jsonl, which
+tiny-rm) and appends to `--out` (default relay/rewards/rm_hacks.jsonl, which
 `python -m relay.rewards.build_rm` trains on) every wrong answer the reward model scores at least
 as high as the right one: the outputs GRPO found the reward model cannot tell from right ones.
 The file stays sorted and free of duplicates, so collecting twice changes nothing.
@@ -19,13 +21,28 @@ import sys
 from pathlib import Path
 
 from relay.envs.arithmetic import arithmetic_reward
-from relay.rewards.build_rm import HACKS
 from relay.run.samples import EPISODE, MODEL_TURN, PROMPT, SECTION
 from relay.run.show import sample_files
 from relay.types import Sample
 
+# Wrong answers a GRPO policy produced against an earlier tiny-rm and that it scored at least as
+# high as the right one, {"prompt": "17+25", "answer": "32"} per line, sorted and distinct.
+HACKS = Path(__file__).with_name("rm_hacks.jsonl")
 _PROMPT = re.compile(r"(\d+)\+(\d+)")
 _END = "<|im_end|>"
+
+
+def read_hacks(digits: int, path: Path = HACKS) -> list[tuple[dict, str, str]]:
+    """The collected hacks whose operands have at most `digits` digits, as (row, answer, "hack"),
+    for a build to label by the exact rule. The file ships with the package, so a missing one
+    is an error, not an empty list: a build without it would quietly train on fewer negatives."""
+    out = []
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        a, b = (int(x) for x in item["prompt"].split("+"))
+        if max(a, b) < 10**digits:
+            out.append(({"prompt": item["prompt"], "ground_truth": str(a + b)}, item["answer"], "hack"))
+    return out
 
 
 def episodes(text: str) -> list[tuple[str, str]]:
@@ -90,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HACKS, help=f"file to add to (default: {HACKS})")
     args = parser.parse_args(argv)
     if not sample_files(args.run):
-        print(f"relay.run.rm_hacks: no sample files in {args.run} (run with logging.samples_every=1)", file=sys.stderr)
+        print(f"relay rm-hacks: no sample files in {args.run} (run with logging.samples_every=1)", file=sys.stderr)
         return 2
     wrong = wrong_answers(args.run)
     hacks = fooling(wrong, args.rm or shipped_rm()) if wrong else []
@@ -100,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted(known | set(hacks))
     args.out.write_text("".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in rows))
     print(
-        f"relay.run.rm_hacks: {len(wrong)} distinct wrong answers in {args.run}; the reward model scores "
+        f"relay rm-hacks: {len(wrong)} distinct wrong answers in {args.run}; the reward model scores "
         f"{len(hacks)} of them at least as high as the right answer; {len(rows) - len(known)} new, {len(rows)} in {args.out}"
     )
     return 0

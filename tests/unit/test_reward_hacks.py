@@ -1,13 +1,16 @@
-"""relay.run.rm_hacks: the wrong answers of a GRPO run that the reward model scored at least as
-high as the right one, read back from the run's sample files for the next build of tiny-rm."""
+"""relay.rewards.hacks: the wrong answers of a GRPO run that the reward model scored at least as
+high as the right one, read back from the run's sample files for the next build of tiny-rm, and
+the collected ones that build reads."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from relay.models.loading import load_tokenizer
-from relay.run import rm_hacks
+from relay.rewards import hacks as rm_hacks
 from relay.run.samples import SampleWriter
 from relay.types import Sample
 
@@ -57,3 +60,26 @@ def test_collecting_keeps_what_the_reward_model_is_fooled_by_sorted_and_once(tmp
 def test_a_folder_without_sample_files_is_one_line(tmp_path, capsys):
     assert rm_hacks.main([str(tmp_path)]) == 2
     assert "no sample files" in capsys.readouterr().err
+
+
+def test_a_tiny_rm_rebuild_reads_the_collected_hacks():
+    """The build trains on every collected hack, each one wrong by the exact rule; the shipped
+    tiny-rm's manifest records how many its build read."""
+    from relay.models.shipped import RM_NAME, SHIPPED_DIR
+    from relay.rewards import build_rm
+
+    collected = build_rm.read_hacks(build_rm.RECIPE["digits"])
+    manifest = json.loads((SHIPPED_DIR / "manifest.json").read_text())
+    assert len(collected) == manifest[RM_NAME]["recipe"]["hacks"] == 276
+    samples, labels, kinds = build_rm.labelled(collected)
+    assert len(samples) == 276 and set(labels) == {0.0} and set(kinds) == {"hack"}
+
+
+def test_the_collected_hacks_ship_with_the_package_and_a_missing_file_is_an_error(tmp_path):
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["relay.rewards"]
+    assert rm_hacks.HACKS.parent == Path(rm_hacks.__file__).parent and rm_hacks.HACKS.name in shipped
+    with pytest.raises(FileNotFoundError):
+        rm_hacks.read_hacks(2, tmp_path / "rm_hacks.jsonl")
