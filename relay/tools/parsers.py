@@ -25,7 +25,7 @@ import ast
 import re
 from typing import Any, ClassVar
 
-from relay.tools.call_syntax import dotted_name, syntax_depth
+from relay.tools.call_syntax import SourceSegments, bracket_end, dotted_name, json_value, syntax_depth
 from relay.tools.calls import (
     _LENIENT,
     JSON_FAILURES,
@@ -220,7 +220,9 @@ class ReActParser:
     name = "react"
     stop_strings = ("Observation:",)
     result_role = None
-    _action = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(.*?)[ \t]*$", re.M)
+    # The name is the rest of the line, stripped in Python: a lazy `(.*?)[ \t]*$` retried the trailing
+    # blanks at every position of a long run of them (quadratic backtracking on "Action: f" + spaces + "x").
+    _action = re.compile(r"^[ \t]*Action[ \t]*:(.*)$", re.M)
     _input = re.compile(r"^[ \t]*Action[ \t]+Input[ \t]*:[ \t]?", re.M)
     _section_end = re.compile(r"^[ \t]*(?:Observation|Thought|Action|Final Answer)[ \t]*:", re.M)
 
@@ -296,40 +298,37 @@ class PythonicParser:
         pos = 0
         while (m := self._start.search(text, pos)) is not None:
             start = m.start()
-            tree, end, last_error = None, -1, None
-            # The shortest bracketed span that parses as a Python expression is the call list.
-            close, attempts = text.find("]", m.end()), 0
-            while close != -1 and attempts < 256:
-                attempts += 1
-                src = text[start : close + 1].strip()
+            # The list ends at the "]" that closes its "[", found by Python's own tokenizer in one pass
+            # (strings and comments respected), then parsed once. Trying each later "]" until a prefix
+            # parsed cost a parse of the prefix per nested list: quadratic in a long list of calls.
+            end = bracket_end(text, start)
+            tree, why = None, "no closing ]"
+            if end is not None:
                 try:
-                    tree = ast.parse(src, mode="eval")
-                    end = close + 1
-                    break
+                    tree = ast.parse(text[start:end], mode="eval")
                 except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-                    last_error = e
-                    close = text.find("]", close + 1)
+                    why = getattr(e, "msg", None) or str(e)
             if tree is None:
-                msg = getattr(last_error, "msg", None) or str(last_error) if last_error else "no closing ]"
                 res.errors.append(
                     f"function call list at {_short(text[start:], 40)!r} is not valid "
-                    f"Python call syntax ({msg}); write [name(arg=value, ...)]"
+                    f"Python call syntax ({why}); write [name(arg=value, ...)]"
                 )
                 break
             pos = end
             if not isinstance(tree.body, ast.List):
                 continue
+            segment = SourceSegments(text[start:end])
             for k, node in enumerate(tree.body.elts, start=1):
-                call = self._call(node, k, src)
+                call = self._call(node, k, segment)
                 (res.calls if isinstance(call, ToolCall) else res.errors).append(call)
         return res
 
     @staticmethod
-    def _call(node: ast.expr, k: int, src: str) -> ToolCall | str:
-        # Error lines quote the model's own text (ast.get_source_segment), never ast.unparse: unparse
+    def _call(node: ast.expr, k: int, segment: SourceSegments) -> ToolCall | str:
+        # Error lines quote the model's own text (its source segment), never ast.unparse: unparse
         # recurses once per level and fails on hostile nesting that ast.parse accepted (400 "-" signs).
         def text(part: ast.AST) -> str:
-            return _short(ast.get_source_segment(src, part) or "", 40)
+            return _short(segment(part), 40)
 
         where = f"call {k}"
         if not isinstance(node, ast.Call):
@@ -349,13 +348,17 @@ class PythonicParser:
             if syntax_depth(kw.value, MAX_ARGUMENT_DEPTH + 2) > MAX_ARGUMENT_DEPTH + 2:
                 return f"{where} ({name}): argument {kw.arg!r} is nested more than {MAX_ARGUMENT_DEPTH} levels deep"
             try:
-                args[kw.arg] = ast.literal_eval(kw.value)
+                value = ast.literal_eval(kw.value)
+                ok = json_value(value)  # b"..", 1j, {1, 2} are literals but no JSON: the reply could not carry them
             except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+                ok = False
+            if not ok:
                 return (
-                    f"{where} ({name}): argument {kw.arg!r} must be a literal value (string, "
-                    f"number, list, dict, True/False/None), got {text(kw.value)!r}"
+                    f"{where} ({name}): argument {kw.arg!r} must be a literal value JSON can carry (string, "
+                    f"number, list, dict with string keys, True/False/None), got {text(kw.value)!r}"
                 )
-        return _checked_call(name, args, ast.get_source_segment(src, node) or "", where)
+            args[kw.arg] = value
+        return _checked_call(name, args, segment(node), where)
 
     def format_result(self, call: ToolCall, result_text: str) -> str:
         return result_text
