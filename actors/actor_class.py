@@ -9,7 +9,9 @@ to the real object, which the actor process builds in `__init__`. The handle rea
 
 The methods are the `def`s in the class body and in its base classes' bodies, each base found
 through the module's own imports (`from actors.plumbing import RelayActor`) or in the module
-itself, and read from its source in turn: a base may live in a module that imports torch.
+itself, and read from its source in turn: a base may live in a module that imports torch. A
+method's `@on_rank_group(...)` declaration (actors/plumbing.py) is read too, and carried on the
+stand-in's method as on the real one, so a RankGroup of the stand-in fans out as declared.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from functools import cache
 def actor_class(module: str, name: str) -> type:
     """A stand-in for `module.name` with its methods, for ray.remote in a process without `module`."""
     methods = {}
-    for fn_name, is_generator in _methods(module, name).items():
+    for fn_name, (is_generator, rank_group) in _methods(module, name).items():
         methods[fn_name] = _generator_method(fn_name) if is_generator else _method(fn_name)
+        if rank_group is not None:
+            methods[fn_name].rank_group = rank_group
 
     def __init__(self, *args, **kwargs):
         self._actor = getattr(importlib.import_module(module), name)(*args, **kwargs)
@@ -49,15 +53,15 @@ def actor_class(module: str, name: str) -> type:
     return type(name, (), {**attributes, "__relay_actor__": (module, name), **methods})
 
 
-def _methods(module: str, name: str) -> dict[str, bool]:
-    """{name: is a generator} of each method `def`ined in the class body or its bases' bodies,
-    read from the source; the class's own definition wins over a base's, an earlier base's over a
-    later one's (Python's order for classes without shared bases)."""
+def _methods(module: str, name: str) -> dict[str, tuple[bool, str | None]]:
+    """{name: (is a generator, its on_rank_group declaration or None)} of each method `def`ined in
+    the class body or its bases' bodies, read from the source; the class's own definition wins over
+    a base's, an earlier base's over a later one's (Python's order for classes without shared bases)."""
     tree = _source(module)
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if node is None:
         raise ImportError(f"actor class {module}.{name}: no class {name} in module {module}")
-    found: dict[str, bool] = {}
+    found: dict[str, tuple[bool, str | None]] = {}
     for base in reversed(node.bases):
         if not isinstance(base, ast.Name):
             raise TypeError(f"actor class {module}.{name}: base {ast.unparse(base)} is not a plain name")
@@ -68,8 +72,19 @@ def _methods(module: str, name: str) -> dict[str, bool]:
             and not (fn.name.startswith("__") and fn.name.endswith("__"))
             and not any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
         ):
-            found[fn.name] = _yields(fn)
+            found[fn.name] = _yields(fn), _rank_group(fn, f"{module}.{name}")
     return found
+
+
+def _rank_group(fn: ast.FunctionDef, where: str) -> str | None:
+    """The string of the method's `@on_rank_group("...")`, or None without one."""
+    for decorator in fn.decorator_list:
+        if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "on_rank_group":
+            args = decorator.args
+            if len(args) != 1 or not isinstance(args[0], ast.Constant) or not isinstance(args[0].value, str):
+                raise TypeError(f"actor class {where}.{fn.name}: on_rank_group takes one string literal")
+            return args[0].value
+    return None
 
 
 @cache

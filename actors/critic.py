@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from actors.plumbing import on_rank_group
 from actors.rank_group import RankMember, UpdatingRankGroupMember
 from relay.algos.objective import critic_objective
 from relay.checkpoint.atomic import flatten_optimizer_state, group_bytes, unflatten_optimizer_state
@@ -61,6 +62,7 @@ class Critic(UpdatingRankGroupMember):
         )
         self.scheduler = make_lr_scheduler(self.optimizer, self.training)  # the learner's schedule, critic.lr
 
+    @on_rank_group("every_rank")
     @torch.no_grad()
     def compute_values(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """Values of every row; a rank group's ranks each compute their rows, rank 0 returns them all."""
@@ -71,6 +73,7 @@ class Critic(UpdatingRankGroupMember):
         values = (response_values(self.model, share) * share.loss_mask).cpu()
         return gather_rows(values, has_rows) if self.ranks.sharded else values
 
+    @on_rank_group("every_rank")
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
         """From a step's samples: the learner's Batch and returns (relay/update/batch.py, the same
         inputs, the same numbers), then the critic's update. A prepared Batch is trained on as it is."""
@@ -105,6 +108,7 @@ class Critic(UpdatingRankGroupMember):
         values = response_values(self.model, micro)
         return critic_objective(values, micro.values, micro.returns, micro.loss_mask, self.settings.critic.clip_range)
 
+    @on_rank_group("not_on_group")
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         """Weights, optimizer, lr schedule; `as_bytes`: as the Learner's."""
         tensors, skeleton = flatten_optimizer_state(self.optimizer.state_dict())
@@ -117,6 +121,7 @@ class Critic(UpdatingRankGroupMember):
             "lr_schedule": self.scheduler.state_dict(),
         }
 
+    @on_rank_group("not_on_group")
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         self.model.load_state_dict(groups["critic"], strict=True)
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["critic_optimizer"], meta["optimizer"]))
@@ -124,10 +129,12 @@ class Critic(UpdatingRankGroupMember):
         if "lr_schedule" in meta:
             self.scheduler.load_state_dict(meta["lr_schedule"])
 
+    @on_rank_group("every_rank")
     def save_shards(self, folder: str) -> None:
         extra = {"lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
         save_shards(folder, self.model, self.optimizer, extra)
 
+    @on_rank_group("every_rank")
     def load_shards(self, folder: str) -> None:
         extra = load_shards(folder, self.model, self.optimizer)
         self.scheduler.load_state_dict(extra["lr_schedule"])

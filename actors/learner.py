@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from actors.plumbing import on_rank_group
 from actors.rank_group import RankGroupMember, RankMember, UpdatingRankGroupMember
 from actors.restarts import is_restarted_actor
 from actors.weight_ends import SendsWeights
@@ -64,6 +65,7 @@ class Reference(RankGroupMember):
         self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device).eval()
         self.ranks = RankMember()
 
+    @on_rank_group("every_rank")
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         hit("reference.forward")
         self.batches += 1
@@ -103,6 +105,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         if self.needs_restore:
             raise LearnerRestarted("the learner restarted and is not restored yet")
 
+    @on_rank_group("every_rank")
     def restore(self, groups: dict[str, bytes] | None, meta: dict | None) -> int:
         """A replacement's state: a checkpoint's groups (its safetensors files' bytes) and meta, a
         rank group's checkpoint shards (meta {"shards": folder}, every rank reads its own), or with
@@ -135,10 +138,12 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
     def _weight_peer(self) -> bool:
         return self.ranks.rank > 0
 
+    @on_rank_group("every_rank")
     def compute_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         self._check_restored()
         return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
+    @on_rank_group("every_rank")
     def compute_ref_logprobs(self, step: list[Sample] | Batch) -> torch.Tensor | None:
         """With LoRA, the reference policy: the base model, adapters switched off (no Reference actor)."""
         hit("reference.forward")
@@ -146,6 +151,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         with adapters_disabled(self.model):
             return group_logprobs(self.model, as_batch(step), self.temperature, self.ranks, self.device)
 
+    @on_rank_group("every_rank")
     def update(self, step: list[Sample] | Batch, **inputs) -> dict[str, float]:
         """One step's training from its samples: the Batch and its advantages (relay/update/batch.py,
         `inputs`: the reference's logprobs, the critic's values, old logprobs, kl_coef), then the update.
@@ -161,6 +167,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
             return metrics
         return self._update(batch) | metrics  # with kl_in=reward its kl/mean is the step's
 
+    @on_rank_group("every_rank")
     def supervised_update(self, samples: list[Sample]) -> dict[str, float]:
         """One step of the supervised stage (sft.*, relay/update/supervised.py) with its own AdamW."""
         if self.sft_optimizer is None:
@@ -212,6 +219,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
 
     # -- checkpoints: state / load_state (one actor, safetensors groups) or save_shards / load_shards (DCP)
 
+    @on_rank_group("not_on_group")
     def state(self, as_bytes: bool = False) -> tuple[dict[str, dict[str, torch.Tensor] | bytes], dict]:
         """Everything an exact resume needs: weights, optimizer, lr schedule, this process's RNG.
         `as_bytes`: each group as its safetensors file's bytes (the driver writes them without torch)."""
@@ -229,6 +237,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         groups = {"policy": policy, "optimizer": opt_tensors}
         return (group_bytes(groups) if as_bytes else groups), meta
 
+    @on_rank_group("not_on_group")
     def load_state(self, groups: dict[str, dict[str, torch.Tensor]], meta: dict) -> None:
         load_trainable_state(self.model, groups["policy"])
         self.optimizer.load_state_dict(unflatten_optimizer_state(groups["optimizer"], meta["optimizer"]))
@@ -237,17 +246,20 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         restore_rng(meta["rng"])
         self.updates = meta.get("updates", 0)  # checkpoints written before it was saved: unknown, 0
 
+    @on_rank_group("every_rank")
     def save_shards(self, folder: str) -> None:
         hit("checkpoint.write")
         extra = {"rng": capture_rng(), "lr_schedule": self.scheduler.state_dict(), "updates": self.updates}
         save_shards(folder, self.model, self.optimizer, extra)
 
+    @on_rank_group("every_rank")
     def load_shards(self, folder: str) -> None:
         extra = load_shards(folder, self.model, self.optimizer)
         self.scheduler.load_state_dict(extra["lr_schedule"])
         restore_rng(extra["rng"])
         self.updates = extra.get("updates", 0)
 
+    @on_rank_group("every_rank")
     def save_hf(self, folder: str, tokenizer_path: str) -> None:
         self._check_restored()
         from relay.checkpoint.atomic import save_hf_model

@@ -1,5 +1,6 @@
-"""What every relay actor has, written once: the Ray node it runs on, and its `__repr__`; and
-the addresses a member of a group (a rank group, the weight-broadcast group) binds and joins on.
+"""What every relay actor has, written once: the Ray node it runs on, and its `__repr__`; the
+declaration of how a rank group calls a method (`on_rank_group`); and the addresses a member of a
+group (a rank group, the weight-broadcast group) binds and joins on.
 
 Every actor class derives from `RelayActor`; the roles with more to share derive from the
 classes built on it, each beside the code it plumbs: `RankGroupMember` (actors/rank_group.py) for
@@ -10,7 +11,36 @@ from their source, so the driver starts these classes by name without importing 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal
+
 import ray
+
+# How a rank group (actors/rank_group.py) calls a method of its role, declared on the method, as
+# verl's @register(dispatch_mode=...) does:
+#   every_rank     every rank runs it (the ranks meet in collectives); rank 0's result is the group's
+#   rank_zero      rank 0 alone (it alone is in the weight group, or answers for the node)
+#   not_on_group   the group has no such method: the group calls it on each rank itself
+#                  (listen_for_rank_group, join_rank_group), or only a single actor answers it
+#                  (state, load_state: a rank group checkpoints by shards)
+# A method of a rank-group role that declares nothing is not on the group either; a unit test
+# checks that every method the driver calls on these roles declares one (tests/unit/test_rank_group.py).
+RankGroupCall = Literal["every_rank", "rank_zero", "not_on_group"]
+RANK_GROUP_CALLS = ("every_rank", "rank_zero", "not_on_group")
+
+
+def on_rank_group(how: RankGroupCall) -> Callable[[Callable], Callable]:
+    """Declare how a rank group calls the decorated method (see RankGroupCall above). The driver,
+    which never imports the actor's module, reads the same declaration from its source
+    (actors/actor_class.py)."""
+    if how not in RANK_GROUP_CALLS:
+        raise ValueError(f"on_rank_group: {how!r} is not one of {RANK_GROUP_CALLS}")
+
+    def declare(method: Callable) -> Callable:
+        method.rank_group = how
+        return method
+
+    return declare
 
 
 class RelayActor:
@@ -22,6 +52,7 @@ class RelayActor:
 
     repr_format = ""
 
+    @on_rank_group("rank_zero")
     def node_id(self) -> str:
         """This process's Ray node, so the driver can tell whether every group member shares one."""
         return ray.get_runtime_context().get_node_id()

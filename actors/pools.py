@@ -223,7 +223,7 @@ def create_role(
     # learner: restored in place (actors/learner_recovery.py); the frozen reference: restarted (actors/steps.py)
     lives = {"learner": cfg.resources.learner_restores, "reference": cfg.resources.max_restarts}.get(role, 0)
     ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups, lives)
-    return RankGroup(ranks) if is_sharded(settings.training, res.count) else ranks[0]
+    return RankGroup(ranks, cls) if is_sharded(settings.training, res.count) else ranks[0]
 
 
 def rank_backend(res: RoleResources) -> str:

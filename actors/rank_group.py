@@ -3,17 +3,19 @@ form a torch.distributed group with FSDP2 inside (relay/update/fsdp.py), and the
 holds for them.
 
 The handle has the methods the role's single actor has, each with `.remote(...)` returning one
-object ref, so the driver reads the same for 1 or N ranks. A call runs on every rank (the ranks
-meet in collectives); rank 0's return value is the group's: it gathers the others' rows, and
+object ref, so the driver reads the same for 1 or N ranks. Each method says how the group calls
+it, where it is defined (`@on_rank_group`, actors/plumbing.py): most run on every rank (the ranks
+meet in collectives) and rank 0's return value is the group's: it gathers the others' rows, and
 only it sends weights or writes the Hugging Face folder. The weight-group set-up calls go to
-rank 0 alone: it is the learner's member of the learner -> rollout group.
+rank 0 alone: it is the learner's member of the learner -> rollout group. A method that
+declares neither is not on the group: calling it raises AttributeError, never reaches rank 0 alone.
 """
 
 from __future__ import annotations
 
 import ray
 
-from actors.plumbing import RelayActor, member_host, store_host
+from actors.plumbing import RelayActor, member_host, on_rank_group, store_host
 from actors.restarts import restart
 
 
@@ -46,9 +48,11 @@ class RankGroupMember(RelayActor):
     whose FSDP options shard the model). Once the rank joins, its model is sharded and
     `_after_sharding` remakes what was built on the whole parameters (the optimizer, ...)."""
 
+    @on_rank_group("not_on_group")  # RankGroup.join calls it on rank 0
     def listen_for_rank_group(self, one_node: bool) -> tuple[str, int]:
         return self.ranks.listen(one_node)
 
+    @on_rank_group("not_on_group")  # RankGroup.join calls it on each rank, with its rank
     def join_rank_group(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         from relay.update.fsdp import shard_model
 
@@ -99,29 +103,38 @@ class _RankZero:
         return getattr(self.group.ranks[0], self.method).remote(*args, **kwargs)
 
 
-class RankGroup:
-    """The driver's handle on a role's ranks (see the module docstring)."""
+def rank_group_calls(cls: type) -> dict[str, str]:
+    """{method: how a rank group calls it} of every method of `cls` (the actor class, or the
+    stand-in the driver starts it by) that declares `@on_rank_group`."""
+    calls = {}
+    for name in dir(cls):
+        how = getattr(getattr(cls, name, None), "rank_group", None)
+        if how is not None:
+            calls[name] = how
+    return calls
 
-    def __init__(self, ranks: list):
-        self.ranks = ranks
+
+class RankGroup:
+    """The driver's handle on the ranks of `cls` (see the module docstring)."""
+
+    def __init__(self, ranks: list, cls: type):
+        self.ranks, self.role_class = ranks, cls.__name__
         self.peer_refs: list = []  # results of ranks 1.. (None): checked for errors at the next call
         self.backend = ""  # torch.distributed's, set by join
-        methods = ("compute_logprobs", "compute_ref_logprobs", "compute_values", "update", "supervised_update")
-        methods += ("save_shards", "load_shards", "restore")
-        for method in (*methods, "save_hf"):
-            setattr(self, method, _AllRanks(self, method))
-        # weights out: every rank gathers full tensors, rank 0 sends them
-        self.get_weights = _AllRanks(self, "get_weights")
-        self.broadcast_weights = _AllRanks(self, "broadcast_weights")
-        self.publish_shared_weights = _AllRanks(self, "publish_shared_weights")
-        for method in (
-            "node_id",
-            "listen_for_weight_group",
-            "join_weight_group",
-            "open_shared_weights",
-            "unlink_shared_weights",
-        ):
-            setattr(self, method, _RankZero(self, method))
+        for method, how in rank_group_calls(cls).items():
+            if how == "every_rank":
+                setattr(self, method, _AllRanks(self, method))
+            elif how == "rank_zero":
+                setattr(self, method, _RankZero(self, method))
+
+    def __getattr__(self, name: str):
+        # only for names the group lacks: a method left undeclared fails here, at its first call
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"a rank group of {self.__dict__.get('role_class')} has no method {name!r}: the method declares no "
+            f"@on_rank_group(...) (actors/plumbing.py), or declares not_on_group"
+        )
 
     def join(self, backend: str) -> None:
         """Form the torch.distributed group (the ranks' constructors done) and shard the models."""

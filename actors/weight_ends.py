@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from actors.plumbing import member_host, store_host
+from actors.plumbing import member_host, on_rank_group, store_host
 from relay.fault_points import hit
 from relay.weights.shared_memory import SharedWeights, SharedWeightsHandle
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, gather_as_peer, listen
@@ -42,38 +42,45 @@ class SendsWeights:
     def _weight_peer(self) -> bool:
         return False
 
+    @on_rank_group("every_rank")
     def get_weights(self) -> WeightPayload | None:
         if self._weight_peer():
             gather_as_peer(self._weights_to_send())
             return None
         return WeightPayload.of(self._weights_to_send())
 
+    @on_rank_group("rank_zero")
     def open_shared_weights(self, tag: str) -> SharedWeightsHandle | None:
         """Create the shared-memory buffers; None where /dev/shm lacks the room."""
         self.shared_weights = SharedWeights.create(self._weights_to_send(), tag)
         return self.shared_weights.handle if self.shared_weights else None
 
+    @on_rank_group("every_rank")
     def publish_shared_weights(self, version: int) -> None:
         if self._weight_peer():  # rank 0 writes; the others take part in gathering each full tensor
             gather_as_peer(self._weights_to_send())
             return
         self.shared_weights.write(self._weights_to_send(), version)
 
+    @on_rank_group("rank_zero")
     def unlink_shared_weights(self) -> None:
         self.shared_weights.unlink()
 
+    @on_rank_group("rank_zero")
     def listen_for_weight_group(self, one_node: bool) -> tuple[str, int, BroadcastPlan]:
         host = store_host(one_node)
         self.weight_socket = listen(host)
         self.weight_plan = BroadcastPlan.of(self._weights_to_send())
         return host, self.weight_socket.getsockname()[1], self.weight_plan
 
+    @on_rank_group("rank_zero")
     def join_weight_group(self, host: str, port: int, world_size: int, backend: str, tag: str, secret: bytes) -> None:
         _leave(self.weight_group)
         self.weight_group = WeightGroup(
             host, port, 0, world_size, backend, tag, local_host=host, listen_socket=self.weight_socket, secret=secret
         )
 
+    @on_rank_group("every_rank")
     def broadcast_weights(self) -> None:
         weights = self._weights_to_send()
         if self._weight_peer():

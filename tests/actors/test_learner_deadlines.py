@@ -16,6 +16,7 @@ import ray
 
 from actors.checkpoints import save_training_checkpoint
 from actors.lora_reference import LearnerAsReference
+from actors.pools import Learner
 from actors.rank_group import RankGroup
 from actors.restarts import wait_restarted
 from actors.reward_model import RewardModelPool
@@ -110,7 +111,7 @@ def test_a_learner_hung_in_update_is_killed_at_its_deadline_and_the_run_stops(sh
 def test_only_the_actors_of_the_calls_still_running_are_killed_every_rank_of_a_group(shared_ray):
     faults = supervisor([])
     critic, ranks = make(hang_in="none"), [make(), make()]
-    learner = RankGroup(ranks)
+    learner = RankGroup(ranks, Learner)  # the Learner's fan-out, over two stand-in ranks
     updates = [learner.update.remote("batch"), critic.update.remote("batch")]
     with pytest.raises(ActorLost, match="update: no answer"):
         faults.get(updates, [learner, critic], "update", long=True)

@@ -98,3 +98,35 @@ def test_a_base_that_cannot_be_found_in_the_source_is_named(package):
         actor_class(module, "Dotted")
     with pytest.raises(ImportError, match="no class Absent"):
         actor_class(module, "Absent")
+
+
+def test_a_methods_rank_group_declaration_is_read_from_the_source(package):
+    module = package(
+        "ranked",
+        """
+        raise RuntimeError("imported")
+        from actors.plumbing import on_rank_group
+
+        class Role:
+            @on_rank_group("every_rank")
+            def update(self):
+                pass
+
+            @on_rank_group("rank_zero")
+            def listen(self):
+                pass
+
+            def plain(self):
+                pass
+
+        class Bad:
+            @on_rank_group(HOW)
+            def update(self):
+                pass
+        """,
+    )
+    shell = actor_class(module, "Role")
+    assert (shell.update.rank_group, shell.listen.rank_group) == ("every_rank", "rank_zero")
+    assert not hasattr(shell.plain, "rank_group")
+    with pytest.raises(TypeError, match="on_rank_group takes one string literal"):
+        actor_class(module, "Bad")
