@@ -20,6 +20,8 @@ and for this module; absent keys are skipped, so a run without tools records not
     tools/errors                                    counter (errors this step are added)
     rm/score_mean, rm/rule_reward_mean, rm/seconds  gauges (runs with reward_model.path: RM_ONLY)
     rm/errors                                       counter
+    health/alarms                                   gauge: health rules tripped at the step (relay/health/)
+    health/<rule>                                   gauge health_value, rule=<rule>: the value the rule measured
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 import ray
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from relay.config.health import RULES
 from relay.run import metric_keys as keys
 
 PREFIX = "relay_"
@@ -65,6 +68,8 @@ METRICS: dict[str, tuple[type, str, tuple[str, ...]]] = {
     ),
     "rm_errors": (Counter, "Samples the reward model could not score", ()),
     "rm_seconds": (Gauge, "Wall time of the step's reward-model scoring", ()),
+    "health_alarms": (Gauge, "Health rules tripped at the step: reward hacking or collapse (docs/health.md)", ()),
+    "health_value": (Gauge, "The value each health rule measured at the step (docs/health.md)", ("rule",)),
 }
 # Recorded only by runs with a rollout buffer (training.mode one_step_off / async).
 PIPELINE_METRICS = frozenset({"queue_depth", "groups_in_flight"})
@@ -86,6 +91,7 @@ AS_IS: dict[str, tuple[str, ...]] = {
     keys.RM_RULE_REWARD_MEAN: ("rm_rule_reward_mean",),
     keys.RM_ERRORS: ("rm_errors",),
     keys.RM_SECONDS: ("rm_seconds",),
+    keys.HEALTH_ALARMS: ("health_alarms",),
 }
 
 
@@ -112,6 +118,9 @@ def readings(metrics: dict) -> list[tuple[str, float, dict[str, str]]]:
             out.append(("rollout_tokens_per_s", v, {"worker": key[len(keys.TOKENS_PER_S) + 1 :]}))
     if (calls := get(keys.TOOL_CALLS)) is not None and (seconds := get(keys.ROLLOUT_S)):
         out.append(("tool_calls_per_s", calls / seconds, {}))
+    for rule in RULES:
+        if (v := get(keys.health_value(rule))) is not None:
+            out.append(("health_value", v, {"rule": rule}))
     out.append(("steps", 1.0, {}))
     return out
 

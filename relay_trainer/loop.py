@@ -26,6 +26,7 @@ from relay.config import Config
 from relay.config.resolved import kl_in_reward
 from relay.envs.data import PromptIterator
 from relay.failures import FailureWatch
+from relay.health import HealthMonitor, batch_signals
 from relay.run import metric_keys as keys
 from relay.run.folder import PhaseTimer, create_run_folder, resolve_model_path, run_folder, summarize, task_rows
 from relay.run.loggers import make_loggers
@@ -33,7 +34,7 @@ from relay.run.pipeline import pipeline_metrics
 from relay.run.progress import phase
 from relay.run.resume import resume_checkpoint
 from relay.run.samples import SampleWriter
-from relay.run.stop import StopOnSignal
+from relay.run.stop import HealthStopped, StopOnSignal
 from relay.update.kl_control import make_kl_controller
 
 
@@ -53,6 +54,7 @@ def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: Fa
         keys.WEIGHTS_VERSION: step + 1,
         keys.STALENESS: step - min(s.weight_version for s in samples),
         **sample_metrics,
+        **batch_signals(samples, cfg.tools.enabled),  # what the health rules read off the samples
         **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
         **timer.seconds,
         **timer.timeline(),  # where the step and its phases began: python -m relay.run.plot --timeline
@@ -114,6 +116,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             with phase("held-out evaluation after the supervised stage"):
                 state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
+        health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
@@ -123,22 +126,28 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics.update(recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation"))
+            metrics.update(health.observe(step + 1, metrics))  # health/*; a `relay: health:` line per alarm
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
                 report(step + 1, metrics)
             stopping = stop.requested  # read once: the checkpoint and the stop agree
+            halted = health.halt  # a health.stop_on rule fired: checkpoint, then stop
             due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
-            if due or (stopping and cfg.checkpoint.on_stop):
+            if due or halted or (stopping and cfg.checkpoint.on_stop):
                 # first: it may draw prompts; it waits on the last weight sync, where a learner may be lost
                 if (pipeline := recovery.run(plan.state_dict, "checkpoint")) is not None:
                     state["pipeline"] = pipeline
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
+                state["health"] = health.state_dict()
                 save = partial(save_training_checkpoint, actors, run_dir / "checkpoints", step + 1, state)
                 recovery.checkpointed(recovery.run(partial(save, cfg.checkpoint.keep_last_n), "checkpoint"))
             if stopping:
                 raise stop.stopped(step + 1)
+            if halted:
+                raise HealthStopped(halted, step + 1, run_dir)
         eval_after = recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation")
+        health.final(eval_after, cfg.training.steps)  # reward_hacking against the held-out result
         if cfg.checkpoint.save_hf_model:
             final, tokenizer = str(run_dir / "final_model"), cfg.model.tokenizer_path or path
             save_hf = lambda: actors.faults.get(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from relay.config.dotted import dotted_name
 from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName
+from relay.config.health import HealthConfig
 from relay.config.lora import LoraConfig
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
@@ -381,6 +382,7 @@ class Config:
     resources: ResourcesConfig = ResourcesConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    health: HealthConfig = HealthConfig()  # the run-health monitor (relay/config/health.py, docs/health.md)
 
     def to_dict(self) -> dict[str, Any]:
         out = _plain(dataclasses.asdict(self))

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
+from relay.config.health import validate_health
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -145,6 +146,7 @@ def validate(cfg: Config) -> list[str]:
     p += validate_tools(cfg)
     p += validate_endpoint(cfg)
     p += validate_reward_model(cfg)
+    p += validate_health(cfg.health)
     p += validate_logging(cfg.logging)
     if cfg.model.path != "tiny" and cfg.model.path.startswith(("/", ".", "~")):
         need(Path(cfg.model.path).expanduser().exists(), f"model.path: no such folder or GGUF file: {cfg.model.path}")

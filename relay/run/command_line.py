@@ -11,7 +11,7 @@ from collections.abc import Callable
 from relay.config import ConfigError, load_config
 from relay.failures import RunFailed
 from relay.run.auto_resume import train_with_auto_resume
-from relay.run.stop import RunStopped, stop_line
+from relay.run.stop import HealthStopped, RunStopped, health_stop_line, stop_line
 
 
 def run_command_line(
@@ -43,6 +43,9 @@ def run_command_line(
     except ConfigError as e:  # bad input: one line per problem, naming its key or file, no traceback
         print("\n".join(f"relay: error: {p}" for p in e.problems), file=sys.stderr)
         return 2
+    except HealthStopped as stopped:  # health.stop_on: one line with the checkpoint and the resume command
+        print(health_stop_line(stopped, argv, program), flush=True)
+        return 1
     except RunFailed as e:  # a run of nothing but failures, or a checkpoint it cannot resume from
         print(f"relay: the run stopped: {e}", file=sys.stderr)
         return 1

@@ -61,3 +61,25 @@ IDLE_LEARNER = "idle/learner"  # LEARNER_WAIT_S / step wall time
 # timelines (python -m relay.run.plot --timeline): the step's start in unix seconds; each phase's
 # start after it (phase_start) and each rollout worker's busy spans (rollout_span) place the bars
 STEP_START_AT = "timeline/step_start_at"
+# The health monitor's inputs (relay/health/): the learner's and the batch's, and what
+# relay/health/signals.py reads off the step's samples in the driver
+ENTROPY = "actor/entropy"
+RESPONSE_LENGTH = "response/length_mean"
+LOGPROB_GAP = "rollout/logprob_diff_mean"  # mean |engine - learner| logprob per response token
+EPISODES = "rollout/episodes"  # episodes the step trained on
+TRUNCATED_FRAC = "response/truncated_frac"  # episodes a token cap cut (finish length or budget)
+TOP_RESPONSE_SHARE = "response/top_share"  # share of groups holding the batch's most common response text
+ZERO_ADV_GROUPS = "groups/zero_adv_frac"  # groups whose rewards are all equal (no group-relative signal)
+TOOL_CALLS_PER_EPISODE = "tools/calls_per_episode"  # tool tasks (tools.enabled) only
+RM_RULE_CORRELATION = "rm/rule_correlation"  # across the batch: reward-model score vs rule reward
+HEALTH_ALARMS = "health/alarms"  # rules tripped at the step
+
+
+def health_value(rule: str) -> str:
+    """The value a health rule measured at the step (relay/config/health.py RULES)."""
+    return f"health/{rule}"
+
+
+def health_fired(rule: str) -> str:
+    """1.0 at the step a health rule's alarm began (absent elsewhere): the plot's markers."""
+    return f"health/fired/{rule}"

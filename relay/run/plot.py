@@ -6,7 +6,8 @@
     python -m relay.run.plot --timeline runs/my-run      # writes runs/my-run/timeline.png
 
 One panel per key that the run has: reward (shaded by its std when "reward/std" exists), KL,
-response length, step time and eval accuracy, or the keys given with --keys. --timeline draws
+response length, step time and eval accuracy, or the keys given with --keys; a red dashed line marks each
+step at which a health alarm began (health/fired/<rule>, docs/health.md). --timeline draws
 each role's busy and idle time along the run's wall clock instead (relay/run/timeline.py).
 """
 
@@ -30,6 +31,7 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("eval/mean_return", "eval mean return"),
 )
 SHADE = {"reward/mean": "reward/std"}
+FIRED = "health/fired/"  # relay/run/metric_keys.py health_fired
 
 
 def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -81,6 +83,12 @@ def plot_run(path: str | Path, out: str | Path | None = None, keys: list[str] | 
         ax.set_title(titles.get(key, key))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+    alarms = [(r["step"], k.removeprefix(FIRED)) for r in records for k in r if k.startswith(FIRED) and r[k]]
+    for i, ax in enumerate(list(axes.flat)[: len(present)]):
+        for step, rule in alarms:  # named once, in the first panel
+            ax.axvline(step, color="red", alpha=0.6, linestyle="--", linewidth=1, label=None if i else rule)
+        if alarms and i == 0:
+            ax.legend(fontsize=7, title="health alarms", title_fontsize=7)
     for ax in list(axes.flat)[len(present) :]:
         ax.set_visible(False)
     fig.suptitle(path.name if path.is_dir() else path.parent.name)

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from relay.checkpoint.atomic import latest_checkpoint
+from relay.failures import RunFailed
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -95,3 +96,19 @@ def stop_line(stopped: RunStopped, argv: list[str], program: str = "driver.py") 
     ckpt = latest_checkpoint(stopped.run_dir / "checkpoints")
     saved = f"latest checkpoint {ckpt}" if ckpt else "no checkpoint yet (resuming starts over)"
     return f"relay: stopped by {name} {what}; {saved}; resume: {resume_command(argv, stopped.run_dir, program)}"
+
+
+class HealthStopped(RunFailed):
+    """A rule in health.stop_on fired (relay/health/): the run stopped after checkpointing the step."""
+
+    def __init__(self, rule: str, step: int, run_dir: Path):
+        super().__init__(f"health rule {rule} fired at step {step} (health.stop_on)")
+        self.rule, self.step, self.run_dir = rule, step, Path(run_dir)
+
+
+def health_stop_line(stopped: HealthStopped, argv: list[str], program: str = "driver.py") -> str:
+    """The one line a health stop prints: the rule, the checkpoint, the command that goes on."""
+    ckpt = latest_checkpoint(stopped.run_dir / "checkpoints")
+    saved = f"latest checkpoint {ckpt}" if ckpt else "no checkpoint"
+    resume = resume_command(argv, stopped.run_dir, program)
+    return f"relay: health: stopped after step {stopped.step}: {stopped}; {saved}; resume: {resume}"

@@ -1,0 +1,130 @@
+"""HealthMonitor: the driver's one object that watches a run's health. `observe(step, metrics)`
+once per step, after the step's metrics are complete (held-out evaluation included), returns the
+health/* metrics to log with them and prints one `relay: health:` line per alarm as it begins;
+`final(eval_after, step)` checks the held-out evaluation after training the same way.
+
+An alarm is a rule's condition holding at a step; it is announced (printed, health/fired/<rule>)
+at the step it begins, and counted in health/alarms at every step it holds. A rule in
+health.stop_on sets `halt`, which the loop turns into a checkpoint and a HealthStopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from relay.config.health import RULES, HealthConfig
+from relay.health.rules import EVAL_KEYS, LEVEL_RULES, RULE_FUNCTIONS, Check, View, mean
+from relay.run import metric_keys as keys
+
+# the metrics the rules read across steps; the monitor keeps their last 2 x window values
+TRACKED = (
+    keys.REWARD_MEAN,
+    keys.REWARD_STD,
+    keys.EPISODES,
+    keys.ENTROPY,
+    keys.RESPONSE_LENGTH,
+    keys.KL_MEAN,
+    keys.LOGPROB_GAP,
+    keys.TRUNCATED_FRAC,
+    keys.TOP_RESPONSE_SHARE,
+    keys.ZERO_ADV_GROUPS,
+    keys.TOOL_CALLS_PER_EPISODE,
+    keys.RM_RULE_CORRELATION,
+    keys.RM_RULE_REWARD_MEAN,
+)
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        cfg: HealthConfig,
+        eval_before: dict | None = None,
+        state: dict | None = None,
+        say: Callable[[str], None] = lambda line: print(line, flush=True),
+    ):
+        self.cfg, self.say = cfg, say
+        self.rules = [r for r in RULES if r not in cfg.ignore] if cfg.enabled else []
+        self.history: dict[str, list[float]] = {}
+        self.active: set[str] = set()  # rules whose condition held at the last step
+        self.armed: set[str] = set()  # level rules seen on the healthy side
+        before = next((eval_before[k] for k in EVAL_KEYS if eval_before and k in eval_before), None)
+        # the held-out point before training; its reward level is the first step's (the same policy)
+        self.heldout = {"step": 0, "value": before, "reward": None} if before == before and before is not None else None
+        self.alarms: list[dict] = []  # every alarm announced: step, rule, value, line
+        self.halt: str | None = None  # a health.stop_on rule fired at the last step
+        if state:
+            self.load_state_dict(state)
+
+    def observe(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """The health/* metrics of `step` (1-based); prints the alarms that begin at it."""
+        if not self.rules:
+            return {}
+        self.halt = None
+        view = View(metrics, self.history, self.cfg.window, self.heldout)
+        out, active = {}, set()
+        for rule in self.rules:
+            check = RULE_FUNCTIONS[rule](view, self.cfg)
+            if check is None:
+                continue
+            if check.value == check.value and abs(check.value) != float("inf"):
+                out[keys.health_value(rule)] = float(check.value)
+            if not check.tripped:
+                self.armed.add(rule)
+            elif rule not in LEVEL_RULES or rule in self.armed:
+                active.add(rule)
+                if rule not in self.active:
+                    out[keys.health_fired(rule)] = 1.0
+                    self._announce(step, rule, check)
+        self.active = active
+        out[keys.HEALTH_ALARMS] = float(len(active))
+        self._remember(view, step)
+        return out
+
+    def final(self, eval_after: dict | None, step: int) -> list[dict]:
+        """The held-out evaluation after training against the last held-out point (reward_hacking);
+        the alarms it announces."""
+        if "reward_hacking" not in self.rules or not eval_after:
+            return []
+        metrics = {k: v for k, v in eval_after.items() if k in EVAL_KEYS}
+        check = RULE_FUNCTIONS["reward_hacking"](View(metrics, self.history, self.cfg.window, self.heldout), self.cfg)
+        if check is None or not check.tripped:
+            return []
+        self._announce(step, "reward_hacking", check, when="after training")
+        return self.alarms[-1:]
+
+    def _announce(self, step: int, rule: str, check: Check, when: str = "") -> None:
+        line = f"relay: health: step {step}{' ' + when if when else ''}: {rule}: {check.detail}"
+        if rule in self.cfg.stop_on and not when:
+            self.halt = self.halt or rule
+            line += "; stopping after this step's checkpoint (health.stop_on)"
+        self.alarms.append({"step": step, "rule": rule, "value": check.value, "line": line})
+        self.say(line)
+
+    def _remember(self, view: View, step: int) -> None:
+        for key in TRACKED:
+            if (v := view.get(key)) is not None:
+                kept = self.history.setdefault(key, [])
+                kept.append(v)
+                del kept[: -2 * self.cfg.window]
+        value = next((e for key in EVAL_KEYS if (e := view.get(key)) is not None), None)
+        rewards = self.history.get(keys.REWARD_MEAN, [])
+        if value is not None:  # a held-out evaluation at this step: the next comparison starts here
+            self.heldout = {"step": step, "value": value, "reward": mean(rewards[-self.cfg.window :])}
+        elif self.heldout is not None and self.heldout["reward"] is None and rewards:
+            self.heldout["reward"] = rewards[0]
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps, so a resumed run compares with the steps before it."""
+        return {
+            "history": {k: list(v) for k, v in self.history.items()},
+            "active": sorted(self.active),
+            "armed": sorted(self.armed),
+            "heldout": dict(self.heldout) if self.heldout else None,
+            "alarms": list(self.alarms),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = {k: list(v) for k, v in state.get("history", {}).items()}
+        self.active, self.armed = set(state.get("active", ())), set(state.get("armed", ()))
+        self.heldout = dict(state["heldout"]) if state.get("heldout") else self.heldout
+        self.alarms = list(state.get("alarms", ()))
