@@ -14,8 +14,8 @@ Each module is torch-free when imported (its math imports torch inside its funct
 
 Binding a config to Hyperparameters, the way torchtune's config/_validate.py binds a config to a
 component's signature (here: to the dataclass's fields, by name). A field named like an
-`algorithm.*` key is read from that key: those are the settings several entries share and that
-predate this registry (clip_low, clip_high, dual_clip_c, gamma, lam). Any other field is read
+`algorithm.*` key is read from that key: those are the settings several entries share, each with
+its own key (clip_low, clip_high, dual_clip_c, gamma, lam). Any other field is read
 from algorithm.policy_loss_args / algorithm.estimator_args, else keeps its default.
 """
 

@@ -11,8 +11,8 @@ users bring from other PPO setups, and under relay's own keys.
     config.set("resources.rollout.count", 2)      # any key by its dotted path
 
 There is one source of truth: a mapping of relay's keys, as a YAML file would hold them. A
-document field writes the relay key it stands for (DOCUMENT_FIELDS below); reading it reads that key
-back. `build()` turns the mapping into relay's typed, frozen Config with relay's own validation, so
+field named as other PPO setups name it writes the relay key it stands for (FIELD_ALIASES below);
+reading it reads that key back. `build()` turns the mapping into relay's typed, frozen Config with relay's own validation, so
 mistakes are the same one-line problems `python driver.py` prints, all at once. A field relay
 cannot honour is one of those lines too, naming the key to use.
 """
@@ -46,8 +46,9 @@ def _one(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[[Any
     return lambda value: {key: convert(value)}
 
 
-# (section, field) -> value -> {relay key: value}. The reading direction is the first key.
-DOCUMENT_FIELDS: dict[tuple[str, str], tuple[str, Callable[[Any], dict[str, Any]]]] = {
+# Fields named as other PPO setups name them: (section, field) -> (the relay key a read reads,
+# value -> {relay key: value})
+FIELD_ALIASES: dict[tuple[str, str], tuple[str, Callable[[Any], dict[str, Any]]]] = {
     ("model", "model_name"): ("model.path", _one("model.path")),
     ("model", "local_path"): ("model.path", _one("model.path")),
     ("model", "dtype"): ("model.dtype", _one("model.dtype")),
@@ -73,11 +74,11 @@ DOCUMENT_FIELDS: dict[tuple[str, str], tuple[str, Callable[[Any], dict[str, Any]
 }
 
 RELAY_SECTIONS = {f.name for f in dataclasses.fields(Config)}
-DOCUMENT_SECTIONS = {section for section, _ in [*DOCUMENT_FIELDS, *DEFERRED]}
+ALIAS_SECTIONS = {section for section, _ in [*FIELD_ALIASES, *DEFERRED]}
 
 
 def _fields_of(section: str) -> list[str]:
-    return sorted({f for s, f in [*DOCUMENT_FIELDS, *DEFERRED] if s == section})
+    return sorted({f for s, f in [*FIELD_ALIASES, *DEFERRED] if s == section})
 
 
 def _schema_node(path: list[str]) -> Any:
@@ -145,10 +146,10 @@ class ConfigStore:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in RELAY_SECTIONS or name in DOCUMENT_SECTIONS:
+        if name in RELAY_SECTIONS or name in ALIAS_SECTIONS:
             return Section(self, (name,))
         raise AttributeError(
-            f"ConfigStore has no section {name!r} (sections: {', '.join(sorted(RELAY_SECTIONS | DOCUMENT_SECTIONS))})"
+            f"ConfigStore has no section {name!r} (sections: {', '.join(sorted(RELAY_SECTIONS | ALIAS_SECTIONS))})"
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -158,7 +159,7 @@ class ConfigStore:
         raise AttributeError(f"set a key of a section (config.{name}.<key> = ...), not the section {name!r}")
 
     def set(self, key: str, value: Any) -> None:
-        """Any key by its dotted path: relay's (`training.steps`) or a document field (`training.learning_rate`)."""
+        """Any key by its dotted path: relay's (`training.steps`) or an alias (`training.learning_rate`)."""
         *path, name = key.split(".")
         self._set_field(tuple(path), name, value)
 
@@ -169,11 +170,11 @@ class ConfigStore:
     def _set_field(self, path: tuple[str, ...], name: str, value: Any) -> None:
         if len(path) == 1 and (path[0], name) in DEFERRED:
             self._deferred[(path[0], name)] = value
-        elif len(path) == 1 and (path[0], name) in DOCUMENT_FIELDS:
-            for key, v in DOCUMENT_FIELDS[(path[0], name)][1](value).items():
+        elif len(path) == 1 and (path[0], name) in FIELD_ALIASES:
+            for key, v in FIELD_ALIASES[(path[0], name)][1](value).items():
                 self._write(key.split("."), v)
         elif path and path[0] not in RELAY_SECTIONS:
-            # a document-only section (inference, ray) and a field it does not have: reported by build()
+            # a section only aliases have (inference, ray) and a field it does not have: reported by build()
             self._deferred[(".".join(path), name)] = value
         else:
             self._write([*path, name], value)
@@ -181,8 +182,8 @@ class ConfigStore:
     def _get_field(self, path: tuple[str, ...], name: str) -> Any:
         if len(path) == 1 and (path[0], name) in DEFERRED:
             return self._deferred.get((path[0], name))
-        if len(path) == 1 and (path[0], name) in DOCUMENT_FIELDS:
-            return self._read(DOCUMENT_FIELDS[(path[0], name)][0].split("."))
+        if len(path) == 1 and (path[0], name) in FIELD_ALIASES:
+            return self._read(FIELD_ALIASES[(path[0], name)][0].split("."))
         if path and path[0] not in RELAY_SECTIONS:
             raise AttributeError(f"{'.'.join(path)}.{name}: not a field (fields: {', '.join(_fields_of(path[0]))})")
         try:

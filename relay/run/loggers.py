@@ -144,8 +144,8 @@ _MLFLOW_BAD_CHARS = re.compile(r"[^/\w.\- :]")
 class MLflowLogger:
     """An MLflow run: flattened config as params, every step's metrics.
 
-    Default store: `sqlite:///<run_dir>/mlflow.db`. The brief asked for `file:<run_dir>/mlruns`,
-    but MLflow 3.x refuses the file store ("maintenance mode") unless MLFLOW_ALLOW_FILE_STORE=true
+    Default store: `sqlite:///<run_dir>/mlflow.db`, not MLflow's older `file:<run_dir>/mlruns`:
+    MLflow 3.x refuses the file store ("maintenance mode") unless MLFLOW_ALLOW_FILE_STORE=true
     is set, for `mlflow ui` too; SQLite is MLflow's own recommended local store and needs no
     server. View with `mlflow ui --backend-store-uri sqlite:///<run_dir>/mlflow.db`. A `file:`
     URI still works when that variable is set; any server URI (http://...) works as usual.

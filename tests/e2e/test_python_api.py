@@ -1,5 +1,6 @@
-"""relay from Python, as users write it: every snippet of the PPO-setup documents users bring
-(quick start, detailed usage, "what you can do", "testing"), with `from relay import X` for their
+"""relay from Python, as users write it: every snippet of docs/python.md and the README's
+quick start, in the shape users of other PPO setups write them (quick start, detailed usage,
+"what you can do", "testing"), with `from relay import X` for their
 import line and the tiny model for theirs. The quick start runs as a script outside the repository
 (its classes pickled by value, Ray started by the trainer); the rest runs here."""
 
@@ -27,7 +28,7 @@ from relay import (
 )
 from relay.algos.advantages import compute_advantages
 from relay.config import ConfigError
-from tests.documented_envs import TextGameEnv
+from tests.example_envs import TextGameEnv
 
 QUICK_START = '''
 import json, random, sys
@@ -191,7 +192,7 @@ def test_a_dataset_of_rows_becomes_the_runs_training_rows(tmp_path):
 # ------------------------------------------------------------------------------ configuration
 
 
-def test_config_store_maps_the_documented_fields_onto_relays_keys():
+def test_config_store_maps_the_field_aliases_onto_relays_keys():
     config = ConfigStore()
     config.model.model_name = "tiny"
     config.model.dtype = "bfloat16"

@@ -1,4 +1,4 @@
-"""relay's inference and tool API as the PPO-setup documents show it: one engine, multi-turn chat,
+"""relay's inference and tool API as users of other PPO setups call it: one engine, multi-turn chat,
 episodes with and without tools, the tool registry and the three action parsers, on the tiny model."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from relay import (
     ToolRegistry,
     create_inference_engine,
 )
-from tests.documented_envs import AdditionEnv, TextGameEnv
+from tests.example_envs import AdditionEnv, TextGameEnv
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""The environments the PPO-setup documents show users, as written there, for the tests of
-relay's Python API."""
+"""Example environments of relay's Python API, written as a user of BaseEnvironment writes them,
+for the API's tests."""
 
 from relay import BaseEnvironment
 
 
 class TextGameEnv(BaseEnvironment):
-    """Simple text-based game (the documents' example, as written there)."""
+    """Simple text-based game: take an item (+1), attack to end it (+5), anything else -0.1."""
 
     def reset(self) -> str:
         self.score = 0
