@@ -96,7 +96,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         # endpoint.enabled or task.agent: /v1 served from this engine (relay/endpoint/server.py)
-        self.endpoint = start_endpoint(cfg, self.engine, model_path, endpoint_token) if serves else None
+        self.endpoint = start_endpoint(cfg, self.engine, model_path, endpoint_token, env_pool) if serves else None
         self.agent = self._agent(env_pool, tool_executors or [])
         self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
 
@@ -359,14 +359,14 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         return peak_rss_mb()
 
 
-def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | None) -> EndpointServer:
-    """The worker's endpoint: on the node's address (loopback for a Ray relay started locally)."""
+def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | None, env_pool=None) -> EndpointServer:
+    """The worker's endpoint, on endpoint.host or else endpoint_host()."""
     from relay.endpoint.server import EndpointServer  # imported by the workers that serve one
 
     e, r = cfg.endpoint, cfg.rollout
     return EndpointServer(
         engine,
-        host=e.host or ray.util.get_node_ip_address(),
+        host=e.host or endpoint_host(env_pool if cfg.task.agent else None),
         port=e.port,
         parser=e.parser,
         model_name=e.model_name or cfg.model.path,
@@ -374,7 +374,19 @@ def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | No
         max_total_tokens=r.max_total_tokens,
         batch_wait_s=e.batch_wait_ms / 1000,
         token=token,
+        idle_timeout_s=e.idle_timeout_s,
+        body_timeout_s=e.body_timeout_s,
+        max_connections=e.max_connections,
+        max_connections_per_peer=e.max_connections_per_peer,
     )
+
+
+def endpoint_host(env_pool) -> str:
+    """Loopback, or this node's address where the agent programs' EnvPool is on another node (asked once)."""
+    node = lambda _actor=None: ray.get_runtime_context().get_node_id()  # noqa: E731
+    if env_pool is None or ray.get(by_name(env_pool).__ray_call__.remote(node), timeout=120) == node():
+        return "127.0.0.1"
+    return ray.util.get_node_ip_address()
 
 
 def by_name(actor):

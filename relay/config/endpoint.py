@@ -29,3 +29,12 @@ class EndpointConfig:
     # None: RELAY_ENDPOINT_TOKEN from the driver's environment, else a random one made when the run
     # starts. A secret: left out of repr and of the config the run writes out (Config.to_dict).
     token: str | None = field(default=None, repr=False)
+    # Hostile or broken clients (relay/endpoint/connections.py): a connection that has sent no whole
+    # request head this long after it opened or got its last reply is closed; a request body must
+    # arrive within body_timeout_s (else 408). Open connections are capped per process (lowered to
+    # half the process's open-file limit) and per peer address; past a cap a new connection takes
+    # the place of the oldest idle one, or gets a 503 when none is idle.
+    idle_timeout_s: float = 30.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1024
+    max_connections_per_peer: int = 512

@@ -21,6 +21,12 @@ def validate_endpoint(cfg: Config) -> list[str]:
         p.append(f"endpoint.batch_wait_ms: must be >= 0, got {e.batch_wait_ms}")
     if e.token is not None and (not e.token or not e.token.isprintable() or any(c.isspace() for c in e.token)):
         p.append("endpoint.token: must be non-empty printable text without spaces (it is sent as a bearer token)")
+    for key in ("idle_timeout_s", "body_timeout_s"):
+        if not getattr(e, key) > 0:
+            p.append(f"endpoint.{key}: must be > 0 seconds, got {getattr(e, key)}")
+    for key in ("max_connections", "max_connections_per_peer"):
+        if getattr(e, key) < 1:
+            p.append(f"endpoint.{key}: must be >= 1, got {getattr(e, key)}")
     if t.agent is None:
         return p
     if importlib.util.find_spec("openai") is None:

@@ -32,4 +32,8 @@ def new_token() -> str:
 def authorized(header: str, token: str) -> bool:
     """Whether an Authorization header carries `token` (compared in constant time)."""
     scheme, _, key = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), token.encode())
+    try:  # header bytes that are not UTF-8 reach here as surrogates, which do not encode: no key
+        presented = key.strip().encode()
+    except UnicodeEncodeError:
+        return False
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented, token.encode())

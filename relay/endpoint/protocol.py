@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 MAX_N = 64  # choices per request
 MAX_STOP = 8  # stop strings per request
 MAX_TOP_LOGPROBS = 20  # alternatives per token: OpenAI's limit for chat (vLLM's default max_logprobs)
+# Integers longer than this are refused (400) unconverted: conversion is quadratic in the digits,
+# and Python's own guard (sys.set_int_max_str_digits) can be switched off process-wide.
+MAX_INT_DIGITS = 4300
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 
 
 class ApiError(Exception):
@@ -41,9 +45,9 @@ class _Request(BaseModel):
     n: int = Field(1, ge=1, le=MAX_N)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=2**31)
     stop: str | list[str] | None = Field(None, validate_default=True)  # a list after validation
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stream: bool = False
     # accepted only at their neutral values: anything else would sample from another distribution
     frequency_penalty: float = 0.0
@@ -68,7 +72,7 @@ class _Request(BaseModel):
 
 class ChatRequest(_Request):
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=2**31)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -115,6 +119,23 @@ class CompletionRequest(_Request):
     @property
     def alternatives(self) -> int:
         return self.logprobs or 0
+
+
+def _parse_int(digits: str) -> int:
+    if len(digits) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
+
+
+def parse_json(body: bytes) -> Any:
+    """The request body's JSON, or ApiError(400) for every way it can fail: bytes that are not UTF-8,
+    text that is not JSON, nesting past the recursion limit, an integer of too many digits."""
+    try:
+        return json.loads(body, parse_int=_parse_int)
+    except RecursionError:
+        raise ApiError(400, "the request body is not valid JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors too
+        raise ApiError(400, f"the request body is not valid JSON: {str(e)[:200]}") from None
 
 
 def parse_request(cls: type[_Request], body: Any) -> _Request:
@@ -172,9 +193,11 @@ def _call(c: Any, where: str) -> dict:
     args = fn.get("arguments") or {}
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = json.loads(args, parse_int=_parse_int) if args.strip() else {}
+        except (ValueError, RecursionError):  # not JSON, nested too deeply, a huge integer
             raise ApiError(400, f"{where}.function.arguments: not valid JSON", "messages") from None
+    if not isinstance(args, dict):
+        raise ApiError(400, f"{where}.function.arguments: must be a JSON object", "messages")
     return {"name": fn["name"], "arguments": args}
 
 
@@ -230,11 +253,23 @@ def completion_logprobs(texts: TokenTexts, ids: list[int], logprobs: list[float]
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": alternatives, "text_offset": offsets}
 
 
+def json_arguments(arguments: Any) -> str | None:
+    """A call's arguments as the JSON text the wire carries, or None where JSON cannot carry them
+    (bytes, complex numbers, sets, NaN, nesting past the recursion limit)."""
+    try:
+        return json.dumps(arguments, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def wire_tool_calls(calls: list[dict], call_ids: list[str]) -> list[dict]:
-    return [
-        {"id": i, "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-        for c, i in zip(calls, call_ids)
-    ]
+    """Calls as the reply carries them; a call whose arguments JSON cannot carry is left out (the
+    endpoint keeps such a call's text as content: relay/endpoint/replies.py)."""
+    out = []
+    for c, i in zip(calls, call_ids):
+        if (arguments := json_arguments(c["arguments"])) is not None:
+            out.append({"id": i, "type": "function", "function": {"name": c["name"], "arguments": arguments}})
+    return out
 
 
 Finish = Literal["stop", "length", "tool_calls"]

@@ -11,6 +11,13 @@ recorded with their exact token ids (relay/endpoint/episodes.py). Every request 
 `Authorization: Bearer <token>` (401 otherwise). A bad request is a 400 in OpenAI's error shape
 naming the field; a failure inside relay is a 500 with one line; never a traceback.
 
+Hostile clients are bounded (relay/endpoint/connections.py): a connection that sends no whole
+request head within idle_timeout_s (of opening, or of its last reply) is closed, a body must
+arrive within body_timeout_s (else 408), and open connections are capped per process and per
+peer address. Reading a request and writing its reply (JSON, templates, tool-call parsing,
+detokenizing) run on a small thread pool, not on the event loop: one slow reply never holds up
+another client's request.
+
 Inside an episode the rollout's sampling applies (rollout.temperature, top_p, top_k, seed; greedy
 in evaluations), whatever the request asks: the learner scores the tokens under that policy.
 A request's own settings apply to calls outside episodes. The aiohttp server runs on a thread of
@@ -24,8 +31,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from urllib.parse import quote
 
@@ -33,6 +41,7 @@ from aiohttp import web
 
 from relay.endpoint.auth import authorized, new_token
 from relay.endpoint.batcher import GenerateQueue
+from relay.endpoint.connections import Gate, JsonErrors, OncePerInterval, connection_cap
 from relay.endpoint.episodes import Call, Choice, EpisodeRecord, before_stop
 from relay.endpoint.fence import fenced
 from relay.endpoint.protocol import (
@@ -43,15 +52,19 @@ from relay.endpoint.protocol import (
     chat_logprobs,
     completion_logprobs,
     normal_message,
+    parse_json,
     parse_request,
     template_message,
     wire_tool_calls,
 )
+from relay.endpoint.replies import chat_choice, reply_body
 from relay.engines.base import Engine, SamplingParams
 from relay.envs.chat import ChatFormat
 from relay.tools.parsers import get_parser
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+LINGER_S = 1.0
+MAX_FORMATS = 64  # chat formats kept, one per distinct `tools` list (a client may send a new one each time)
 WEIGHT_VERSION_HEADER = "x-relay-weight-version"  # on every generated reply: the weights that generated it
 UNBOUNDED = 2**31  # the token room of a request outside episodes (the model's context still bounds it)
 
@@ -69,17 +82,26 @@ class EndpointServer:
         max_total_tokens: int = 512,
         batch_wait_s: float = 0.005,
         token: str | None = None,
+        idle_timeout_s: float = 30.0,
+        body_timeout_s: float = 30.0,
+        max_connections: int = 1024,
+        max_connections_per_peer: int = 512,
     ):
         """max_tokens: a call's token limit in an episode, and the default elsewhere; max_total_tokens:
         an episode chain's response tokens (rollout.max_total_tokens); token: the run's bearer token
-        (relay/endpoint/auth.py), or None for a random one of this server's own."""
+        (relay/endpoint/auth.py), or None for a random one of this server's own; the rest: endpoint.*
+        (relay/config/endpoint.py)."""
         self.engine, self.tokenizer = fenced(engine), engine.tokenizer  # weight loads go through engine.fence
         self.parser, self.model_name = get_parser(parser), model_name
         self.max_tokens, self.max_total_tokens = max_tokens, max_total_tokens
         self.token = token or new_token()
         self.episodes: dict[str, EpisodeRecord] = {}
         self.records_lock = threading.Lock()
-        self.formats: dict[str, ChatFormat] = {}
+        self.formats: OrderedDict[str, ChatFormat] = OrderedDict()
+        self.idle_timeout_s, self.body_timeout_s = idle_timeout_s, body_timeout_s
+        self.gate = Gate(
+            connection_cap(max_connections), min(max_connections_per_peer, connection_cap(max_connections))
+        )
         self.requests = 0  # answered requests (200s), for __repr__-style reporting
         self.queue = GenerateQueue(self.engine, batch_wait_s, self._waiting_for)
         self.loop = asyncio.new_event_loop()
@@ -97,25 +119,36 @@ class EndpointServer:
 
     def _serve(self, host: str, port: int) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(OncePerInterval())
+        self.loop.set_default_executor(ThreadPoolExecutor(4, thread_name_prefix="relay-endpoint-work"))
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY_BYTES)
         for prefix in ("", "/episodes/{episode}"):
             app.router.add_get(prefix + "/v1/models", self._models)
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
         app.router.add_post("/episodes/{episode}/v1/done", self._done)
-        self.runner = web.AppRunner(app, access_log=None)
+        # keepalive_timeout: aiohttp closes a connection without a whole request head this long after
+        # it opened or last replied (silent, cut-short and idle keep-alive connections alike);
+        # lingering_time: after an answer sent before the body ended (408, 413), the rest is read for
+        # at most this long, so the client sees the answer rather than a reset (10 s by default)
+        limits = dict(access_log=None, keepalive_timeout=self.idle_timeout_s, lingering_time=LINGER_S)
+        self.runner = web.AppRunner(app, **limits)
         try:
             self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, host, port)
-            self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
+            # not web.TCPSite: each connection passes the Gate (connection caps) before aiohttp sees it
+            handlers = lambda: JsonErrors(self.runner.server, loop=self.loop, **limits)  # noqa: E731
+            listen = self.loop.create_server(self.gate.factory(handlers), host, port, backlog=1024)
+            self.listener = self.loop.run_until_complete(listen)
+            self.port = self.listener.sockets[0].getsockname()[1]
         except BaseException as e:  # the port is taken, the address is not this machine's, ...
             self._error = e
             self._started.set()
             return
         self._started.set()
         self.loop.run_forever()
+        self.listener.close()
         self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
 
     def shutdown(self) -> None:
         if self.loop.is_running():
@@ -179,7 +212,14 @@ class EndpointServer:
             raise ApiError(
                 401, "missing or wrong API key: send Authorization: Bearer <the run's token>", code="invalid_api_key"
             )
-        return await handler(request)
+        guard = self.gate.busy(request.transport)  # a connection answering a request is never evicted as idle
+        if guard is None:
+            return await handler(request)
+        guard.requests += 1
+        try:
+            return await handler(request)
+        finally:
+            guard.requests -= 1
 
     # -- routes
 
@@ -194,17 +234,30 @@ class EndpointServer:
             record.done = True
         return web.json_response({"ok": True})
 
-    async def _json(self, request: web.Request):
+    async def _body(self, request: web.Request) -> bytes:
         try:
-            return json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError(400, "the request body is not valid JSON") from None
+            async with asyncio.timeout(self.body_timeout_s):
+                return await request.read()
+        except TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {self.body_timeout_s:g} s") from None
+
+    async def _off_loop(self, fn, *args):
+        """fn(*args) on the worker threads: the event loop keeps serving other connections meanwhile."""
+        return await self.loop.run_in_executor(None, fn, *args)
 
     def _format(self, tools: list[dict] | None) -> ChatFormat:
         key = json.dumps(tools, sort_keys=True)
-        if key not in self.formats:
-            self.formats[key] = ChatFormat(self.tokenizer, tools, "chat")
-        return self.formats[key]
+        with self.records_lock:
+            fmt = self.formats.get(key)
+            if fmt is not None:
+                self.formats.move_to_end(key)
+                return fmt
+        fmt = ChatFormat(self.tokenizer, tools, "chat")
+        with self.records_lock:
+            self.formats[key] = fmt
+            while len(self.formats) > MAX_FORMATS:
+                self.formats.popitem(last=False)
+        return fmt
 
     def _sampling(self, req, record: EpisodeRecord | None, room: int, prompt_len: int) -> SamplingParams:
         k, most = req.alternatives, getattr(self.engine, "max_top_logprobs", 0)
@@ -250,11 +303,18 @@ class EndpointServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         record = self._episode(request)
-        req = parse_request(ChatRequest, await self._json(request))
+        body = await self._body(request)
+        turn = await self._off_loop(self._chat_prompt, body, record)
+        completions, version = await self._generate(turn[-2], turn[-1], record is not None)
+        return await self._off_loop(self._chat_reply, turn, record, completions, version)
+
+    def _chat_prompt(self, body: bytes, record: EpisodeRecord | None) -> tuple:
+        req = parse_request(ChatRequest, parse_json(body))
         messages = [normal_message(m, i) for i, m in enumerate(req.messages)]
         tools = req.tools or None
-        fmt, render = self._format(tools), [template_message(m) for m in messages]
+        render = [template_message(m) for m in messages]
         try:
+            fmt = self._format(tools)
             if record is None:
                 prompt, parent = fmt.prompt_ids(render), None
             else:
@@ -266,9 +326,12 @@ class EndpointServer:
             raise ApiError(400, f"messages: the model's chat template cannot render them ({e})", "messages") from None
         room = record.room(parent, prompt) if record else UNBOUNDED
         sampling = self._sampling(req, record, room, len(prompt))
-        completions, version = await self._generate(prompt, sampling, record is not None)
+        return req, messages, tools, fmt, render, parent, prompt, sampling
+
+    def _chat_reply(self, turn: tuple, record: EpisodeRecord | None, completions, version: int) -> web.Response:
+        req, messages, tools, fmt, render, parent, prompt, sampling = turn
         parse = bool(tools) and req.tool_choice != "none"
-        choices = [self._chat_choice(c, sampling.stop, parse, version) for c in completions]
+        choices = [chat_choice(self.tokenizer, self.parser, c, sampling.stop, parse, version) for c in completions]
         if record is not None:
             drift = None if parent is None else record.drifts(prompt, fmt, render)
             with self.records_lock:
@@ -283,41 +346,19 @@ class EndpointServer:
                 finish = "tool_calls"
             logprobs = chat_logprobs(texts, c.token_ids, c.logprobs, c.top_logprobs) if req.logprobs else None
             wire.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        return self._reply("chatcmpl", "chat.completion", wire, prompt, completions, version)
-
-    def _chat_choice(self, c, stops: tuple[str, ...], parse: bool, version: int) -> Choice:
-        text, _ = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops)
-        message: dict = {"role": "assistant", "content": text}
-        if parse:
-            # formats that mark calls with special tokens (harmony, llama3_json, mistral) read them
-            special = getattr(self.parser, "reads_special_tokens", False)
-            raw_text = before_stop(self.tokenizer.decode(c.token_ids), stops)[0] if special else text
-            try:
-                parsed = self.parser.parse(raw_text)
-            except Exception:  # a parser bug on hostile text: the reply is the text, no calls
-                parsed = None
-            if parsed is not None and parsed.calls:
-                content = "" if special else text  # harmony's other channels, Llama's tag: not the reply's content
-                for call in parsed.calls:
-                    content = content.replace(call.raw, "", 1)
-                message = {
-                    "role": "assistant",
-                    "content": content.strip(),
-                    "tool_calls": [{"name": call.name, "arguments": call.arguments} for call in parsed.calls],
-                }
-        eos = (
-            c.token_ids[-1]
-            if c.finish_reason == "stop" and c.token_ids and self._is_stop_token(c.token_ids[-1])
-            else None
+        return self._reply(
+            reply_body("chatcmpl", "chat.completion", self.model_name, wire, prompt, completions, version)
         )
-        return Choice(list(c.token_ids), list(c.logprobs), c.finish_reason, version, text, eos, message)
-
-    def _is_stop_token(self, token: int) -> bool:
-        return token == self.tokenizer.eos_token_id
 
     async def _completions(self, request: web.Request) -> web.Response:
         record = self._episode(request)
-        req = parse_request(CompletionRequest, await self._json(request))
+        body = await self._body(request)
+        turn = await self._off_loop(self._completion_prompt, body, record)
+        completions, version = await self._generate(turn[-2], turn[-1], record is not None)
+        return await self._off_loop(self._completion_reply, turn, record, completions, version)
+
+    def _completion_prompt(self, body: bytes, record: EpisodeRecord | None) -> tuple:
+        req = parse_request(CompletionRequest, parse_json(body))
         prompt_in = req.prompt
         vocab = len(self.tokenizer)
         if isinstance(prompt_in, list) and not all(isinstance(t, int) and 0 <= t < vocab for t in prompt_in):
@@ -331,7 +372,10 @@ class EndpointServer:
                 prompt, parent = record.completion_prompt(prompt_in, encode, fresh)
         room = record.room(parent, prompt) if record else UNBOUNDED
         sampling = self._sampling(req, record, room, len(prompt))
-        completions, version = await self._generate(prompt, sampling, record is not None)
+        return req, prompt_in, parent, prompt, sampling
+
+    def _completion_reply(self, turn: tuple, record: EpisodeRecord | None, completions, version: int) -> web.Response:
+        req, prompt_in, parent, prompt, sampling = turn
         choices, wire, texts = [], [], TokenTexts(self.tokenizer)
         for i, c in enumerate(completions):
             text, extra = before_stop(self.tokenizer.decode(c.token_ids, skip_special_tokens=True), sampling.stop)
@@ -346,28 +390,11 @@ class EndpointServer:
             text = prompt_in if isinstance(prompt_in, str) else None
             with self.records_lock:
                 record.calls.append(Call(prompt, parent, "completion", choices, prompt_text=text))
-        return self._reply("cmpl", "text_completion", wire, prompt, completions, version)
+        return self._reply(reply_body("cmpl", "text_completion", self.model_name, wire, prompt, completions, version))
 
-    def _reply(
-        self, prefix: str, kind: str, choices: list[dict], prompt: list[int], completions, version: int
-    ) -> web.Response:
+    def _reply(self, body: dict) -> web.Response:
         """The reply, with the weight version that generated it: a body field (the openai client
         keeps unknown fields: `reply.weight_version`) and the x-relay-weight-version header."""
-        self.requests += 1
-        produced = sum(len(c.token_ids) for c in completions)
-        return web.json_response(
-            {
-                "id": f"{prefix}-{uuid.uuid4().hex}",
-                "object": kind,
-                "created": int(time.time()),
-                "model": self.model_name,
-                "choices": choices,
-                "usage": {
-                    "prompt_tokens": len(prompt),
-                    "completion_tokens": produced,
-                    "total_tokens": len(prompt) + produced,
-                },
-                "weight_version": version,
-            },
-            headers={WEIGHT_VERSION_HEADER: str(version)},
-        )
+        with self.records_lock:
+            self.requests += 1
+        return web.json_response(body, headers={WEIGHT_VERSION_HEADER: str(body["weight_version"])})
