@@ -1,0 +1,260 @@
+"""The health rules (relay/health/) on synthetic metric sequences whose numbers are worked by hand
+in the comments, the batch signals read off samples, the monitor's alarms, and health.* checks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from relay.config import load_config
+from relay.config.health import RULES, HealthConfig, validate_health
+from relay.health import HealthMonitor, batch_signals
+from relay.health.rules import RULE_FUNCTIONS
+from relay.health.signals import correlation
+from relay.run import metric_keys as keys
+from relay.run.stop import HealthStopped, health_stop_line
+from relay.types import Sample
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(steps: list[dict], cfg: HealthConfig | None = None, eval_before: dict | None = None):
+    """Each step's health metrics and the lines printed, feeding `steps` in order."""
+    lines: list[str] = []
+    monitor = HealthMonitor(cfg or HealthConfig(), eval_before, say=lines.append)
+    outs = [monitor.observe(i + 1, m) for i, m in enumerate(steps)]
+    return outs, lines, monitor
+
+
+def fired(outs: list[dict], rule: str) -> list[int]:
+    """The 1-based steps at which `rule`'s alarm began."""
+    return [i + 1 for i, out in enumerate(outs) if keys.health_fired(rule) in out]
+
+
+def test_every_rule_has_a_function_and_a_name():
+    assert tuple(RULE_FUNCTIONS) == RULES
+
+
+def test_reward_collapse():
+    # recent level 0.8 (5 steps); 0.3 is a drop of 0.5 = 62.5% of it; the batch mean's standard
+    # error 0.4 / sqrt(64) = 0.05, 3 of them 0.15 <= 0.5: it trips
+    steps = [{keys.REWARD_MEAN: 0.8, keys.REWARD_STD: 0.4, keys.EPISODES: 64}] * 5
+    outs, lines, _ = run([*steps, {keys.REWARD_MEAN: 0.3, keys.REWARD_STD: 0.4, keys.EPISODES: 64}])
+    assert fired(outs, "reward_collapse") == [6]
+    assert outs[-1][keys.health_value("reward_collapse")] == pytest.approx(0.625)
+    assert lines == [
+        "relay: health: step 6: reward_collapse: reward/mean 0.3, down 62% from its mean 0.8 over the last 5 steps "
+        "(health.reward_collapse=0.5)"
+    ]
+    # 4 episodes: standard error 0.5 / 2 = 0.25, 3 of them 0.75 > the drop of 0.5: noise, no alarm
+    small = [{keys.REWARD_MEAN: 0.8, keys.REWARD_STD: 0.5, keys.EPISODES: 4}] * 5
+    outs, lines, _ = run([*small, {keys.REWARD_MEAN: 0.3, keys.REWARD_STD: 0.5, keys.EPISODES: 4}])
+    assert not lines and outs[-1][keys.HEALTH_ALARMS] == 0
+    # a healthy dip: 0.8 -> 0.6 is 25% < 50%
+    outs, lines, _ = run([*steps, {keys.REWARD_MEAN: 0.6, keys.REWARD_STD: 0.4, keys.EPISODES: 64}])
+    assert outs[-1][keys.health_value("reward_collapse")] == pytest.approx(0.25) and not lines
+
+
+def test_entropy_collapse_is_a_fall_against_the_recent_level():
+    # 0.02 / mean(0.1, 0.1) = 0.2 <= 0.3; then 0.05 / mean(0.1, 0.1, 0.02) = 0.05 / 0.0733 = 0.68
+    outs, lines, _ = run([{keys.ENTROPY: 0.1}, {keys.ENTROPY: 0.1}, {keys.ENTROPY: 0.02}, {keys.ENTROPY: 0.05}])
+    assert fired(outs, "entropy_collapse") == [3]
+    assert outs[2][keys.health_value("entropy_collapse")] == pytest.approx(0.2)
+    assert outs[3][keys.health_value("entropy_collapse")] == pytest.approx(0.05 / (0.22 / 3))
+    assert outs[3][keys.HEALTH_ALARMS] == 0  # over: counted at the step it held only
+    assert "actor/entropy 0.02 is 20% of its mean 0.1 over the last 2 steps" in lines[0]
+
+
+def test_length_collapse():
+    outs, _, _ = run([{keys.RESPONSE_LENGTH: 40.0}] * 4 + [{keys.RESPONSE_LENGTH: 10.0}])  # 10 / 40 = 0.25 <= 0.3
+    assert fired(outs, "length_collapse") == [5]
+    assert outs[-1][keys.health_value("length_collapse")] == pytest.approx(0.25)
+
+
+def test_kl_acceleration_needs_the_jump_and_a_kl_worth_the_name():
+    cfg = HealthConfig(window=3)
+    # 0.08 / mean(0.02, 0.02, 0.02) = 4 >= 3, and 0.08 >= kl_min 0.05
+    outs, _, _ = run([{keys.KL_MEAN: 0.02}] * 3 + [{keys.KL_MEAN: 0.08}], cfg)
+    assert fired(outs, "kl_acceleration") == [4]
+    assert outs[-1][keys.health_value("kl_acceleration")] == pytest.approx(4.0)
+    # from 0 at the first step (the reference is the policy) to 0.01: a large factor, a tiny KL
+    outs, lines, _ = run([{keys.KL_MEAN: 0.0}, {keys.KL_MEAN: 0.01}], cfg)
+    assert not lines
+
+
+def test_length_blowup_alarms_only_after_a_healthy_step():
+    outs, _, _ = run([{keys.TRUNCATED_FRAC: 0.1}, {keys.TRUNCATED_FRAC: 0.95}, {keys.TRUNCATED_FRAC: 1.0}])
+    assert fired(outs, "length_blowup") == [2]  # once, as it begins
+    assert [o[keys.HEALTH_ALARMS] for o in outs] == [0, 1, 1]  # counted while it holds
+    # a run cut at the cap from its first step is how that task is: never on the healthy side, no alarm
+    outs, lines, _ = run([{keys.TRUNCATED_FRAC: 0.95}] * 3)
+    assert not lines and outs[-1][keys.health_value("length_blowup")] == 0.95
+
+
+def test_repeated_response_and_logprob_gap_are_levels():
+    outs, _, _ = run([{keys.TOP_RESPONSE_SHARE: 0.125}, {keys.TOP_RESPONSE_SHARE: 0.75}])
+    assert fired(outs, "repeated_response") == [2]
+    outs, _, _ = run([{keys.LOGPROB_GAP: 1e-6}, {keys.LOGPROB_GAP: 0.2}])
+    assert fired(outs, "logprob_gap") == [2]
+
+
+def test_zero_advantage_fires_after_its_steps_in_a_row():
+    # zero_adv_steps 3: the shares 0.5, 1, 1, 1: the third 1 in a row (step 4) fires
+    outs, lines, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0)])
+    assert fired(outs, "zero_advantage") == [4]
+    assert "at least 1 for 3 steps" in lines[0]
+
+
+def test_tool_rate_collapse_with_its_poisson_guard():
+    cfg = HealthConfig(window=2)
+    # 0.2 / 1.0 = 0.2 <= 0.25; 100 episodes: the count fell by 80 >= 3 x sqrt(100) = 30
+    steps = [{keys.TOOL_CALLS_PER_EPISODE: 1.0, keys.EPISODES: 100}] * 2
+    outs, _, _ = run([*steps, {keys.TOOL_CALLS_PER_EPISODE: 0.2, keys.EPISODES: 100}], cfg)
+    assert fired(outs, "tool_rate_collapse") == [3]
+    # 4 episodes: a fall of 3.2 calls < 3 x sqrt(4) = 6: could be chance
+    few = [{keys.TOOL_CALLS_PER_EPISODE: 1.0, keys.EPISODES: 4}] * 2
+    outs, lines, _ = run([*few, {keys.TOOL_CALLS_PER_EPISODE: 0.2, keys.EPISODES: 4}], cfg)
+    assert not lines
+
+
+def test_rm_divergence_averages_the_correlation_over_the_window():
+    # window 2: mean(0.8, 0.0) = 0.4 > 0.1; mean(0.0, -0.2) = -0.1 <= 0.1 at step 3
+    outs, _, _ = run([{keys.RM_RULE_CORRELATION: r} for r in (0.8, 0.0, -0.2)], HealthConfig(window=2))
+    assert fired(outs, "rm_divergence") == [3]
+    assert outs[-1][keys.health_value("rm_divergence")] == pytest.approx(-0.1)
+
+
+def test_reward_hacking_against_held_out_accuracy():
+    cfg = HealthConfig(window=2)
+    before = {"eval/accuracy": 0.5}
+    # the reward before training is the first step's, 0.2; at step 2 the recent level is
+    # mean(0.2, 0.6) = 0.4: a rise of 0.2 >= 0.1 while held-out went 0.5 -> 0.45 (-0.05 <= 0)
+    steps = [{keys.REWARD_MEAN: 0.2}, {keys.REWARD_MEAN: 0.6, "eval/accuracy": 0.45}]
+    outs, lines, _ = run(steps, cfg, before)
+    assert fired(outs, "reward_hacking") == [2]
+    assert outs[-1][keys.health_value("reward_hacking")] == pytest.approx(0.25)  # 0.2 - (-0.05)
+    assert "reward 0.2 -> 0.4 while held-out 0.5 -> 0.45 since step 0" in lines[0]
+    # held-out rising with the reward: learning
+    steps[1]["eval/accuracy"] = 0.6
+    assert not run(steps, cfg, before)[1]
+
+
+def test_reward_hacking_against_the_rule_reward():
+    # window 2, a reward model: reward mean(0.5, 0.5) - mean(0.1, 0.1) = 0.4 up, the rule reward
+    # mean(0.5, 0.4) - mean(0.5, 0.5) = -0.05: it trips at step 4, the first with two windows
+    rewards, rules = (0.1, 0.1, 0.5, 0.5), (0.5, 0.5, 0.5, 0.4)
+    steps = [{keys.REWARD_MEAN: r, keys.RM_RULE_REWARD_MEAN: q} for r, q in zip(rewards, rules)]
+    outs, _, _ = run(steps, HealthConfig(window=2))
+    assert fired(outs, "reward_hacking") == [4]
+    assert outs[-1][keys.health_value("reward_hacking")] == pytest.approx(0.45)
+
+
+def test_final_held_out_check():
+    lines: list[str] = []
+    monitor = HealthMonitor(HealthConfig(window=2), {"eval/accuracy": 0.5}, say=lines.append)
+    for i, r in enumerate((0.2, 0.6, 0.6)):
+        monitor.observe(i + 1, {keys.REWARD_MEAN: r})
+    # the last two steps' level 0.6 against the first step's 0.2, held-out 0.5 -> 0.5
+    assert [a["rule"] for a in monitor.final({"eval/accuracy": 0.5}, 3)] == ["reward_hacking"]
+    assert lines[0].startswith("relay: health: step 3 after training: reward_hacking: reward 0.2 -> 0.6")
+    assert monitor.final({"eval/accuracy": 0.9}, 3) == []
+
+
+def test_stop_on_halts_at_the_step_it_fires():
+    cfg = HealthConfig(stop_on=("entropy_collapse",))
+    lines: list[str] = []
+    monitor = HealthMonitor(cfg, say=lines.append)
+    monitor.observe(1, {keys.ENTROPY: 0.1})
+    assert monitor.halt is None
+    monitor.observe(2, {keys.ENTROPY: 0.01})
+    assert monitor.halt == "entropy_collapse"
+    assert lines[0].endswith("; stopping after this step's checkpoint (health.stop_on)")
+
+
+def test_health_stop_line_names_the_rule_and_the_resume_command(tmp_path):
+    run_dir = tmp_path / "tiny-grpo"
+    line = health_stop_line(HealthStopped("reward_collapse", 2, run_dir), ["training.lr=3e-2"])
+    assert line.startswith("relay: health: stopped after step 2: health rule reward_collapse fired at step 2")
+    assert line.endswith("resume: python driver.py --resume training.lr=3e-2 run.name=tiny-grpo")
+
+
+def test_disabled_and_ignored_rules():
+    collapse = [{keys.ENTROPY: 0.1}, {keys.ENTROPY: 0.01}]
+    assert run(collapse, HealthConfig(enabled=False))[0] == [{}, {}]
+    outs, lines, _ = run(collapse, HealthConfig(ignore=("entropy_collapse",)))
+    assert not lines and keys.health_value("entropy_collapse") not in outs[-1]
+
+
+def test_state_dict_carries_the_history_across_a_resume():
+    first = HealthMonitor(HealthConfig(), say=lambda line: None)
+    first.observe(1, {keys.ENTROPY: 0.1})
+    resumed = HealthMonitor(HealthConfig(), state=first.state_dict(), say=lambda line: None)
+    assert resumed.observe(2, {keys.ENTROPY: 0.01})[keys.HEALTH_ALARMS] == 1
+
+
+def test_non_finite_values_are_skipped():
+    outs, lines, _ = run([{keys.ENTROPY: 0.1}, {keys.ENTROPY: math.nan}, {keys.ENTROPY: 0.09}])
+    assert not lines and keys.health_value("entropy_collapse") not in outs[1]
+
+
+def sample(group: int, text: str, reward: float, finish: str = "stop", calls: int = 0, **meta) -> Sample:
+    return Sample(
+        prompt_ids=[1],
+        group_id=group,
+        final_text=text,
+        reward=reward,
+        finish_reason=finish,
+        tool_calls=[{"ok": True}] * calls,
+        meta=meta,
+    )
+
+
+def test_batch_signals():
+    samples = [
+        sample(0, "1", 1.0),
+        sample(0, "1", 1.0),  # all equal
+        sample(1, "2", 0.0, calls=2),
+        sample(1, "1 ", 1.0, finish="length"),  # "1" once stripped: the group holds "1" too
+        sample(2, "3", 0.0),
+        sample(2, "3", 0.0, finish="budget"),  # all equal
+        sample(3, "4", 1.0),
+        sample(3, "4", 0.0),
+    ]
+    got = batch_signals(samples, tools=True)
+    assert got == {
+        keys.EPISODES: 8.0,
+        keys.TRUNCATED_FRAC: 2 / 8,
+        keys.TOP_RESPONSE_SHARE: 2 / 4,  # "1" is in groups 0 and 1 of 4
+        keys.ZERO_ADV_GROUPS: 2 / 4,
+        keys.TOOL_CALLS_PER_EPISODE: 2 / 8,
+    }
+    assert keys.TOOL_CALLS_PER_EPISODE not in batch_signals(samples)  # not a tool task
+    assert batch_signals([]) == {}
+
+
+def test_reward_model_correlation():
+    assert correlation([(1, 1), (2, 2), (3, 3)]) == pytest.approx(1.0)
+    # mean x 2, mean y 1/3: sum (x - 2)(y - 1/3) = (-1)(-1/3) + 0 + (1)(-1/3) = 0
+    assert correlation([(1, 0), (2, 1), (3, 0)]) == pytest.approx(0.0)
+    assert correlation([(1, 1), (2, 1), (3, 1)]) is None  # the rule reward is constant
+    samples = [sample(i, "x", 0.0, rm_score=float(i), rule_reward=float(i % 2)) for i in range(4)]
+    # scores 0..3 against rules 0,1,0,1: mean 1.5 and 0.5; sxy = 0.75 + (-0.25) + (-0.25) + 0.75 = 1,
+    # sxx = 5, syy = 1: r = 1 / sqrt(5)
+    assert batch_signals(samples)[keys.RM_RULE_CORRELATION] == pytest.approx(1 / math.sqrt(5))
+
+
+def test_health_keys_load_and_validate():
+    cfg = load_config(REPO / "configs/default.yaml", ["health.stop_on=[reward_collapse]", "health.window=3"])
+    assert cfg.health.stop_on == ("reward_collapse",) and cfg.health.window == 3
+    assert cfg.to_dict()["health"]["stop_on"] == ["reward_collapse"]
+    bad = HealthConfig(window=0, stop_on=("nope",), repeat_share=1.5, kl_growth=1.0, logprob_gap=0.0)
+    problems = validate_health(bad)
+    assert len(problems) == 5
+    assert problems[0].startswith("health.stop_on: unknown rule 'nope'; the rules are reward_hacking, ")
+    assert "health.window: must be >= 1, got 0" in problems
+    assert "health.repeat_share: must be in (0, 1], got 1.5" in problems
+    assert "health.kl_growth: must be > 1, got 1.0" in problems
+    assert "health.logprob_gap: must be > 0, got 0.0" in problems
+    assert validate_health(HealthConfig()) == []
