@@ -38,6 +38,8 @@ def bracket_end(text: str, start: int) -> int | None:
     """The index after the bracket that closes the one at text[start], found by Python's tokenizer
     in one pass that stops there (brackets inside strings and comments do not count); None when the
     text ends first or cannot be tokenized."""
+    if text.find("]", start) == -1:  # no "]" anywhere: no tokenizer pass over the rest of the text
+        return None
     line_starts, pos = [], start
 
     def readline() -> str:
