@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Takes docs/img/dashboard_actors.png: the Ray dashboard's Actors page 10 steps into a default run
+# Takes docs/img/dashboard_actors.png: the Ray dashboard's Actors page 10 steps into the default run
+# with separate actors (resources.colocate=false: a RolloutWorker and a Learner; without it, the
+# default run's one ColocatedWorker)
 # (headless Debian chromium: apt-get install -y chromium). Token authentication is turned off for
 # this local run only, so the headless browser needs no login.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 log=$(mktemp)
 RAY_AUTH_MODE=disabled .venv/bin/python driver.py run.name=dashboard-shot resources.dashboard=true \
-    training.steps=200 checkpoint.every=0 >"$log" 2>&1 &
+    resources.colocate=false training.steps=200 checkpoint.every=0 >"$log" 2>&1 &
 run=$!
 trap 'kill -INT $run 2>/dev/null || true; wait $run 2>/dev/null || true; rm -f "$log"' EXIT
 until grep -q '^step 10/' "$log"; do

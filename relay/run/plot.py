@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from relay.run.metrics_file import load_metrics
+from relay.run.timeline import NEEDS_MATPLOTLIB
 
 # (key, panel title); a panel is drawn only when the run logged its key.
 PANELS: tuple[tuple[str, str], ...] = (
@@ -50,7 +51,7 @@ def plot_run(path: str | Path, out: str | Path | None = None, keys: list[str] | 
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError(f"relay.run.plot needs matplotlib ({e}): pip install 'relay[loggers]'") from e
+        raise ImportError(NEEDS_MATPLOTLIB, name="matplotlib") from e
 
     matplotlib.use("Agg")  # no display on cluster heads and CI
     import matplotlib.pyplot as plt
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"relay.run.plot: {e.filename or e}: no such file (a run folder holds metrics.jsonl)", file=sys.stderr)
         return 1
+    except ImportError as e:
+        if e.name != "matplotlib":
+            raise
+        print(NEEDS_MATPLOTLIB, file=sys.stderr)
+        return 2
     except ValueError as e:
         print(f"relay.run.plot: {e}", file=sys.stderr)
         return 1

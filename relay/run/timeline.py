@@ -23,6 +23,10 @@ from pathlib import Path
 from relay.run import metric_keys as keys
 from relay.run.metrics_file import load_metrics
 
+# Drawing needs matplotlib, which a plain `pip install .` leaves out (its fonts and image libraries
+# are tens of MB every actor's environment would carry): the `plot` extra brings it.
+NEEDS_MATPLOTLIB = "relay plot needs matplotlib: pip install 'relay[plot]' (or 'relay[loggers]')"
+
 # (phase, row): the driver-timed phases drawn, in row order under the rollout workers
 PHASE_ROWS = (("reference", "logprobs"), ("update", "learner"), ("sync", "weight sync"))
 # the logprobs row only when that phase took this share of the run: in the default run it is an
@@ -108,7 +112,7 @@ def plot_timeline(path: str | Path, out: str | Path | None = None) -> Path:
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError(f"relay.run.plot needs matplotlib ({e}): pip install 'relay[loggers]'") from e
+        raise ImportError(NEEDS_MATPLOTLIB, name="matplotlib") from e
 
     matplotlib.use("Agg")  # no display on cluster heads and CI
     import matplotlib.pyplot as plt

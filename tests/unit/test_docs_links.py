@@ -67,3 +67,12 @@ def test_relative_links_resolve():
 
 if __name__ == "__main__":
     print("\n".join(broken_links()) or "every link resolves")
+
+
+def test_the_recipe_table_has_a_row_for_every_shipped_config():
+    """docs/configuration.md's Recipes lists every file of configs/, so a newcomer sees them all."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("## Recipes", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"\(\.\./configs/([\w.-]+\.yaml)\)", table))
+    shipped = {p.name for p in (ROOT / "configs").glob("*.yaml")}
+    assert shipped - listed == set(), "configs without a row in docs/configuration.md's Recipes"

@@ -332,3 +332,16 @@ def test_plot_cli_writes_png(tmp_path):
     (tmp_path / "other" / "metrics.jsonl").write_text('{"step": 1, "time": 0, "loss": 1.0}\n')
     assert main([str(tmp_path / "other")]) == 1
     assert main([str(tmp_path / "other"), "--keys", "loss"]) == 0
+
+
+def test_plot_without_matplotlib_says_which_extra_in_one_line(tmp_path, monkeypatch, capsys):
+    """A plain `pip install .` has no matplotlib: `relay plot` says what to install, no traceback."""
+    from relay.run.plot import main
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "time": 0, "reward/mean": 0.5}\n')
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises as if absent
+    for argv in ([str(tmp_path)], [str(tmp_path), "--timeline"]):
+        assert main(argv) == 2
+        assert (
+            capsys.readouterr().err == "relay plot needs matplotlib: pip install 'relay[plot]' (or 'relay[loggers]')\n"
+        )
