@@ -7,6 +7,7 @@
     relay template-check MODEL                   a model's chat template, turn by turn
     relay tool-server [--port P ...]             the sandboxed HTTP tool server
     relay rm-hacks RUN                           reward-model exploits found in a run's samples
+    relay tune SWEEP.yaml [key=value ...]        a Ray Tune sweep (python tune.py)
     relay configs                                the shipped configs, by name
 
 `--config` takes a file or a shipped config's name (`default`, `ppo`, `textgame`, ...), so an
@@ -26,6 +27,7 @@ TOOLS = {
     "template-check": ("relay.models.template_check", "check a model's chat template for multi-turn training"),
     "tool-server": ("relay.tools.server", "serve sandboxed code runs over HTTP"),
     "rm-hacks": ("relay.rewards.hacks", "reward-model exploits in a run's samples"),
+    "tune": ("relay_trainer.tune", "a Ray Tune sweep: relay tune configs/tune.yaml [key=value ...]"),
 }
 
 

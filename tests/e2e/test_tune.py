@@ -16,8 +16,8 @@ import pytest
 import ray
 import yaml
 
-import tune
 from relay.config import ConfigError
+from relay_trainer import tune
 
 REPO = Path(__file__).resolve().parents[2]
 
