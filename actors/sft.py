@@ -10,26 +10,33 @@ from pathlib import Path
 from actors.weights import sync_weights
 from relay.config import Config, ConfigError, resolve_dotted
 from relay.config.sft import TASK_DEMONSTRATIONS
-from relay.envs import chat_tool
-from relay.envs.demonstrations import batches, episode_from_messages, read_demonstrations
+from relay.envs.demonstrations import batches, episode_from_messages, read_demonstrations, tool_call_problem
+from relay.envs.tool_tasks import TOOL_TASKS
 from relay.run.loggers import JsonlLogger
+from relay.tools.parsers import get_parser
 
 
 def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
     """The conversations sft.steps trains on; ConfigError (one line) for a malformed one. Read
-    before any actor starts. A task's own are written for the first training rows it needs."""
+    before any actor starts; with tools, each call must parse with the run's tool parser. A task's
+    own are written for the first training rows it needs (sft.num_demonstrations of them if set)."""
     s = cfg.sft
+    parser = get_parser(cfg.tools.parser) if cfg.tools.enabled else None
     if s.data != TASK_DEMONSTRATIONS:
         try:
-            return read_demonstrations(s.data)
+            conversations = read_demonstrations(s.data, parser)
         except (OSError, ValueError) as e:
             raise ConfigError([str(e)]) from None
+        return conversations[: s.num_demonstrations or None]
     rows = train_rows[: s.steps * s.batch_size]
-    write = chat_tool.demonstrations if cfg.task.name == "chat_tool" else resolve_dotted(cfg.task.env).demonstrations
-    conversations = [row["messages"] for row in write(rows)]
+    task = TOOL_TASKS.get(cfg.task.name)
+    write = task.demonstrations if task else resolve_dotted(cfg.task.env).demonstrations
+    conversations = [row["messages"] for row in write(rows)][: s.num_demonstrations or None]
     for n, messages in enumerate(conversations, 1):
         try:
             episode_from_messages(messages)
+            if problem := tool_call_problem(messages, parser):
+                raise ValueError(problem)
         except ValueError as e:
             raise ConfigError([f"sft.data=task: demonstration {n} of the task: {e}"]) from None
     return conversations

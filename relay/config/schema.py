@@ -20,6 +20,7 @@ from relay.config.health import HealthConfig
 from relay.config.lora import LoraConfig
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
+from relay.config.tool_tasks import TOOL_TASK_TOOLS
 
 
 class ConfigError(ValueError):
@@ -62,7 +63,9 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    name: str = "arithmetic"  # built-in (arithmetic, chat_arithmetic, chat_tool), or "custom" with train_file or env
+    # built-in (arithmetic, chat_arithmetic, or a tool task: chat_tool, tool_chain, tool_retry), or
+    # "custom" with train_file or env
+    name: str = "arithmetic"
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None
     prompt_key: str = "prompt"
@@ -96,7 +99,7 @@ class TaskConfig:
             return "relay.envs.base:episode_return"
         if self.agent:
             return "relay.endpoint.samples:agent_reward"
-        if self.name in ("chat_arithmetic", "chat_tool"):  # the last integer of the final turn
+        if self.name in ("chat_arithmetic", *TOOL_TASK_TOOLS):  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"
 

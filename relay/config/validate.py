@@ -30,7 +30,7 @@ from relay.config.validate_algorithm import validate_algorithm
 from relay.config.validate_endpoint import validate_endpoint
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
 from relay.config.validate_reward_model import validate_reward_model
-from relay.config.validate_task import validate_task
+from relay.config.validate_task import validate_task, validate_tool_task
 
 
 def validate(cfg: Config) -> list[str]:
@@ -122,6 +122,7 @@ def validate(cfg: Config) -> list[str]:
     )
     task = cfg.task
     p += validate_task(task)
+    p += validate_tool_task(task, cfg.tools)
     env_class = resolve_dotted(task.env) if task.env and check_dotted(task.env) is None else None
     p += validate_sft(cfg.sft, task.name, env_class)
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")

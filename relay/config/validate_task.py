@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from relay.config.dotted import check_dotted, resolve_dotted
-from relay.config.schema import TaskConfig
+from relay.config.schema import TaskConfig, ToolsConfig
+from relay.config.tool_tasks import TOOL_TASK_TOOLS
 from relay.config.user_code import check_env_class, check_reward_fn
 
-BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", "chat_tool")
+BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS)
 
 
 def validate_task(task: TaskConfig) -> list[str]:
@@ -64,3 +65,24 @@ def validate_user_code(task: TaskConfig) -> list[str]:
         if err is not None:
             p.append(f"task.{key}: {err}")
     return p
+
+
+def validate_tool_task(task: TaskConfig, tools: ToolsConfig) -> list[str]:
+    """A built-in tool task runs only with every tool its episodes call: tools.enabled (the
+    sandboxed python tool), and each function tool named by a tools.functions entry."""
+    needed = TOOL_TASK_TOOLS.get(task.name)
+    if not needed:
+        return []
+    if not tools.enabled:
+        return [f"tools.enabled: task.name={task.name} calls the tools {', '.join(needed)}; set tools.enabled=true"]
+    provided = {"python"}
+    for dotted in tools.functions:
+        if check_dotted(dotted) is None:  # a bad entry is named by the tools.* checks
+            fn = resolve_dotted(dotted)
+            provided.add(getattr(fn, "name", None) or getattr(fn, "__name__", ""))
+    return [
+        f"tools.functions: task.name={task.name} calls the tool {name!r}, which no entry provides "
+        f"(add relay.envs.keyed_values:{name})"
+        for name in needed
+        if name not in provided
+    ]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.envs.chat import ChatFormat, ScriptedEpisode, ScriptedTurn, encode_scripted
+from relay.tools.calls import ToolParser
 from relay.types import Sample
 
 
@@ -47,8 +48,21 @@ def episode_from_messages(messages: Any, stop_strings: tuple[str, ...] = ()) -> 
     return ScriptedEpisode(messages[:first], turns)
 
 
-def read_demonstrations(path: str | Path) -> list[list[dict]]:
-    """The conversations of a .jsonl file, each checked; ValueError naming the file and line."""
+def tool_call_problem(messages: list[dict], parser: ToolParser | None) -> str | None:
+    """Why a conversation's tool calls would not reach a tool in a run with `parser`: an assistant
+    message the parser finds a malformed call in. None when every call parses (or no parser)."""
+    if parser is None:
+        return None
+    turns = [m["content"] for m in messages if m.get("role") == "assistant"]
+    for n, text in enumerate(turns, 1):
+        if errors := parser.parse(text).errors:
+            return f"assistant message {n}: its tool call does not parse with tools.parser={parser.name}: {errors[0]}"
+    return None
+
+
+def read_demonstrations(path: str | Path, parser: ToolParser | None = None) -> list[list[dict]]:
+    """The conversations of a .jsonl file, each checked (with a parser: every tool call parses);
+    ValueError naming the file and line."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -59,6 +73,8 @@ def read_demonstrations(path: str | Path) -> list[list[dict]]:
                 if not isinstance(row, dict) or "messages" not in row:
                     raise ValueError('a row must be an object with "messages"')
                 episode_from_messages(row["messages"])
+                if problem := tool_call_problem(row["messages"], parser):
+                    raise ValueError(problem)
             except ValueError as e:  # json.JSONDecodeError is one
                 raise ValueError(f"sft.data: {path}:{n}: {e}") from None
             rows.append(row["messages"])

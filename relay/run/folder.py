@@ -11,10 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from relay.config import Config, ConfigError, TaskConfig, resolve_dotted, save_resolved
-from relay.envs import chat_arithmetic, chat_tool
+from relay.envs import chat_arithmetic
 from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.envs.data import load_rows
+from relay.envs.tool_tasks import TOOL_TASKS, overlap
 from relay.models.check import check_model_source, check_reward_model
 from relay.models.resolve import is_named_model, model_folder
 from relay.models.template_drift import check_template_drift
@@ -101,16 +102,25 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
         return chat_arithmetic.make_rows(
             t.num_train_rows, t.num_eval_rows, cfg.run.seed, ops, t.operand_min, t.operand_max
         )
-    if t.name == "chat_tool":  # held-out problems are never among the training rows
-        return chat_tool.make_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed)
+    if t.name in TOOL_TASKS:  # held-out problems are never among the training rows
+        return checked_split(*TOOL_TASKS[t.name].make_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed), "task.name")
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
         env = resolve_dotted(t.env)
         make = env.make_rows if hasattr(env, "make_rows") else seed_rows
         return make(t.num_train_rows, cfg.run.seed), make(t.num_eval_rows, cfg.run.seed + 7_919)
     for_env = t.env is not None
     train = load_rows(t.train_file, t.prompt_key, t.answer_key, for_env)
-    evals = load_rows(t.eval_file, t.prompt_key, t.answer_key, for_env) if t.eval_file else train[: t.num_eval_rows]
-    return train, evals
+    if not t.eval_file:
+        return train, train[: t.num_eval_rows]
+    return checked_split(train, load_rows(t.eval_file, t.prompt_key, t.answer_key, for_env), "task.eval_file")
+
+
+def checked_split(train: list[dict], held_out: list[dict], key: str) -> tuple[list[dict], list[dict]]:
+    """The rows as given, or ConfigError (one line) naming the first held-out row that is also a
+    training question: held-out accuracy must measure problems never trained on."""
+    if (rows := overlap(train, held_out)) is not None:
+        raise ConfigError([f"{key}: held-out row {rows[0]} asks the same question as training row {rows[1]}"])
+    return train, held_out
 
 
 class PhaseTimer:

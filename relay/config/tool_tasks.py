@@ -1,0 +1,4 @@
+"""The built-in tool tasks (relay/envs/tool_tasks.py) and the tools their episodes call: python is
+built in, lookup is the tools.functions entry relay.envs.keyed_values:lookup."""
+
+TOOL_TASK_TOOLS = {"chat_tool": ("python",), "tool_chain": ("lookup", "python"), "tool_retry": ("lookup",)}

@@ -1,0 +1,119 @@
+"""The built-in tool tasks (chat_tool, tool_chain, tool_retry): held-out problems that share no
+question (and, for the lookup tasks, no key) with training; demonstrations that are single-call
+episodes earning the reward; the lookup tool's errors that name the right key; and the bad input
+that stops a run before any actor starts, in one line."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from relay.config import ConfigError, load_config
+from relay.envs import keyed_values, tool_chain, tool_retry
+from relay.envs.chat_arithmetic import chat_arithmetic_reward
+from relay.envs.demonstrations import read_demonstrations, tool_call_problem
+from relay.envs.tool_tasks import TOOL_TASKS, overlap, question
+from relay.run.folder import checked_split, task_rows
+from relay.tools.calls import ToolCall
+from relay.tools.parsers import get_parser
+from relay.tools.registry import ToolRegistry
+
+HERMES = get_parser("hermes")
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_TASKS))
+@pytest.mark.parametrize("seed", [0, 5])
+def test_held_out_problems_are_at_least_128_and_never_trained_on(name, seed):
+    train, held_out = TOOL_TASKS[name].make_rows(3000, 128, seed)
+    assert len(held_out) == 128 and len({question(r) for r in held_out}) == 128
+    assert overlap(train, held_out) is None
+    assert not {question(r) for r in train} & {question(r) for r in held_out}
+    if name != "chat_tool":  # nor is a held-out key's stored number ever seen in training
+        assert not {r["key"] for r in train} & {r["key"] for r in held_out}
+    assert TOOL_TASKS[name].make_rows(10, 128, seed) == (train[:10], held_out)
+
+
+def test_lookup_reads_the_table_and_names_the_key_a_sloppy_spelling_meant():
+    registry = ToolRegistry([keyed_values.lookup])
+    ok = registry.call(ToolCall("lookup", {"key": "QX4"}))
+    assert ok.ok and ok.output == str(keyed_values.value("QX4")) and 100 <= keyed_values.value("QX4") <= 999
+    for sloppy in ("qx4", "QX-4", "qx 4"):
+        failed = registry.call(ToolCall("lookup", {"key": sloppy}))
+        assert not failed.ok and "did you mean 'QX4'?" in failed.error
+    assert "did you mean" not in registry.call(ToolCall("lookup", {"key": "banana"})).error
+
+
+def calls_of(conversation: dict) -> list[ToolCall]:
+    return [c for m in conversation["messages"] if m["role"] == "assistant" for c in HERMES.parse(m["content"]).calls]
+
+
+def answer_earns_reward(conversation: dict, truth: str) -> bool:
+    sample = SimpleNamespace(final_text=conversation["messages"][-1]["content"], ground_truth=truth)
+    return chat_arithmetic_reward(sample) == 1.0
+
+
+def test_chain_demonstrations_are_single_calls_and_the_chained_episode_is_the_only_way_to_score():
+    train, _ = tool_chain.make_rows(40, 128, seed=0)
+    demos = tool_chain.demonstrations(train)
+    assert len(demos) == 2 * len(train)
+    registry = ToolRegistry([keyed_values.lookup])
+    for row, (lookup_demo, compute_demo) in zip(train, zip(demos[::2], demos[1::2])):
+        [lookup], [compute] = calls_of(lookup_demo), calls_of(compute_demo)
+        assert lookup.name == "lookup" and compute.name == "python"
+        x = registry.call(lookup).output
+        assert answer_earns_reward(lookup_demo, x)
+        assert eval(compute.arguments["code"].removeprefix("print")) == int(row["ground_truth"])
+        assert answer_earns_reward(compute_demo, row["ground_truth"])
+        assert f"x * {row['b']}" in row["messages"][-1]["content"] and x not in question(row)
+        assert all(tool_call_problem(d["messages"], HERMES) is None for d in (lookup_demo, compute_demo))
+
+
+def test_retry_questions_are_half_sloppy_and_demonstrations_show_only_well_written_keys():
+    train, held_out = tool_retry.make_rows(400, 128, seed=0)
+    for rows in (train, held_out):
+        sloppy = sum(r["shown"] != r["key"] for r in rows) / len(rows)
+        assert 0.35 < sloppy < 0.65
+    registry = ToolRegistry([keyed_values.lookup])
+    for row, demo in zip(train, tool_retry.demonstrations(train)):
+        [call] = calls_of(demo)
+        assert call.arguments == {"key": row["key"]} and registry.call(call).output == row["ground_truth"]
+        assert answer_earns_reward(demo, row["ground_truth"])
+        first = registry.call(ToolCall("lookup", {"key": row["shown"]}))
+        assert first.ok == (row["shown"] == row["key"])  # a sloppy key fails, and the error names the key
+        assert first.ok or f"did you mean {row['key']!r}?" in first.error
+
+
+@pytest.mark.parametrize("name", ["tool_chain", "tool_retry"])
+def test_a_lookup_task_without_its_tool_stops_in_one_line(name):
+    with pytest.raises(ConfigError) as missing:
+        load_config(None, [f"task.name={name}", "tools.enabled=true"])
+    assert missing.value.problems == [
+        f"tools.functions: task.name={name} calls the tool 'lookup', which no entry provides "
+        "(add relay.envs.keyed_values:lookup)"
+    ]
+    with pytest.raises(ConfigError, match=f"tools.enabled: task.name={name} calls the tools"):
+        load_config(None, [f"task.name={name}"])
+    load_config(None, [f"task.name={name}", "tools.enabled=true", "tools.functions=[relay.envs.keyed_values:lookup]"])
+
+
+def test_a_held_out_set_that_overlaps_training_is_refused_naming_the_rows(tmp_path):
+    rows = [{"prompt": f"What is {i} + 1?", "ground_truth": str(i + 1)} for i in range(5)]
+    with pytest.raises(ConfigError, match=r"task.eval_file: held-out row 2 asks the same question as training row 4"):
+        checked_split(rows, [{"prompt": "new?", "ground_truth": "0"}, rows[3]], "task.eval_file")
+    train, evals = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals.write_text(json.dumps(rows[0]) + "\n")
+    cfg = load_config(None, ["task.name=custom", f"task.train_file={train}", f"task.eval_file={evals}"])
+    with pytest.raises(ConfigError, match="held-out row 1 asks the same question as training row 1"):
+        task_rows(cfg)
+
+
+def test_a_demonstration_whose_tool_call_does_not_parse_is_named_by_file_and_line(tmp_path):
+    good = tool_retry.demonstrations(tool_retry.make_rows(1, 128, 0)[0])[0]["messages"]
+    broken = [dict(m) for m in good]
+    broken[2]["content"] = '<tool_call>\n{"name": "lookup", "arguments": {"key": "AB1"</tool_call>'
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps({"messages": good}) + "\n" + json.dumps({"messages": broken}) + "\n")
+    assert len(read_demonstrations(path)) == 2  # no parser: nothing to check calls against
+    with pytest.raises(ValueError, match=rf"sft.data: {path}:2: assistant message 1: its tool call does not parse with tools.parser=hermes"):
+        read_demonstrations(path, HERMES)
