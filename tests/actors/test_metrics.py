@@ -235,3 +235,10 @@ def test_reward_model_metrics_are_read_only_when_the_step_has_them():
         "rm_errors": 2.0,
         "rm_seconds": 0.3,
     }
+
+
+def test_health_values_are_read_per_rule():
+    health = {"health/alarms": 2.0, "health/entropy_collapse": 0.16, "health/fired/entropy_collapse": 1.0}
+    got = [(name, v, tags) for name, v, tags in relay_metrics.readings({**STEP, **health}) if name.startswith("health")]
+    # the fired markers are the plot's: the dashboard reads the count and each rule's value
+    assert got == [("health_alarms", 2.0, {}), ("health_value", 0.16, {"rule": "entropy_collapse"})]
