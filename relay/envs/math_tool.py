@@ -5,7 +5,8 @@
                <result>\\n336\\n</result>                 (the sandbox's output; loss mask 0)
                336<|im_end|>                              (the final answer: reward 1 if exact)
 
-A ~1M-parameter model cannot multiply in its head, but it can copy the operands
+Held-out questions are 128 products set aside for every seed: no training row and no warm-start
+episode asks one. A ~1M-parameter model cannot multiply in its head, but it can copy the operands
 into code and the result back out. The tiny model's warm start (relay/models/warm_start.py) sees
 a mix of such tool episodes and direct guesses, so RL starts from a model that knows the format,
 often guesses instead of calling the tool, and sometimes miscopies; reward rises as it learns to
@@ -23,15 +24,40 @@ from relay.envs.chat import ScriptedEpisode, ScriptedTurn
 PROMPT = "What is {a}*{b}? You may run Python in <tool>...</tool>."
 
 
+HELD_OUT_SEED = 0  # the held-out split is the same for every run seed: the shipped warm start never sees it
+NUM_HELD_OUT = 128
+
+
+def problem_space(digits: tuple[int, int] = (1, 2)) -> list[tuple[int, int]]:
+    """Every product of a `digits[0]`-digit and a `digits[1]`-digit number (one-digit factors from 2)."""
+    (lo_a, hi_a), (lo_b, hi_b) = ((max(2, 10 ** (d - 1)), 10**d - 1) for d in digits)
+    return [(a, b) for a in range(lo_a, hi_a + 1) for b in range(lo_b, hi_b + 1)]
+
+
+def split_problems(digits: tuple[int, int] = (1, 2)) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(training problems, held-out problems): NUM_HELD_OUT products set aside once, for every seed."""
+    space = problem_space(digits)
+    random.Random(HELD_OUT_SEED).shuffle(space)
+    return space[NUM_HELD_OUT:], space[:NUM_HELD_OUT]
+
+
+def as_row(a: int, b: int) -> dict[str, Any]:
+    return {"prompt": PROMPT.format(a=a, b=b), "ground_truth": str(a * b)}
+
+
 def make_rows(n: int, seed: int, digits: tuple[int, int] = (1, 2)) -> list[dict[str, Any]]:
-    """Products of a `digits[0]`-digit and a `digits[1]`-digit number (one-digit factors from 2)."""
+    """n training rows, drawn with replacement from the problems that are not held out."""
+    train, _ = split_problems(digits)
     rng = random.Random(seed)
-    ranges = [(max(2, 10 ** (d - 1)), 10**d - 1) for d in digits]
-    rows = []
-    for _ in range(n):
-        a, b = (rng.randint(lo, hi) for lo, hi in ranges)
-        rows.append({"prompt": PROMPT.format(a=a, b=b), "ground_truth": str(a * b)})
-    return rows
+    return [as_row(*rng.choice(train)) for _ in range(n)]
+
+
+def make_eval_rows(n: int, seed: int, digits: tuple[int, int] = (1, 2)) -> list[dict[str, Any]]:
+    """The first n held-out problems (at most NUM_HELD_OUT), the same for every seed."""
+    _, held_out = split_problems(digits)
+    if n > len(held_out):
+        raise ValueError(f"task.num_eval_rows: math_tool holds out {len(held_out)} problems, got {n}")
+    return [as_row(*p) for p in held_out[:n]]
 
 
 def math_tool_reward(sample, env=None) -> float:
@@ -86,6 +112,10 @@ class MathToolEnv:
     @staticmethod
     def make_rows(n: int, seed: int) -> list[dict[str, Any]]:
         return make_rows(n, seed)
+
+    @staticmethod
+    def make_eval_rows(n: int, seed: int) -> list[dict[str, Any]]:
+        return make_eval_rows(n, seed)
 
     @classmethod
     def warm_start_episodes(cls, n: int, seed: int) -> list[ScriptedEpisode]:

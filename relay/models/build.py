@@ -4,6 +4,7 @@ One thread, fixed seeds, fixed step counts: the same machine rebuilds the same b
 machine (other float kernels) builds a model that behaves the same (tests/slow check the
 held-out accuracy). Writes each folder and its entry in the folder's manifest.json.
 
+`--task tiny-math_tool` rebuilds one task's warm start from the shipped base, leaving the base as is.
 `--env my_pkg.envs:MyEnv --out DIR` warm-starts the tiny model on a user's own environment class
 (one with `warm_start_episodes(n, seed)`), for `model.path=DIR`.
 """
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="also the built-in agent tasks' warm starts")
     parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help=f"folder to write (default: {SHIPPED_DIR})")
     parser.add_argument(
+        "--task", choices=sorted(TASK_MODELS), help="rebuild one task's warm start from the shipped base and record it"
+    )
+    parser.add_argument(
         "--env", help="warm-start the shipped tiny model on this environment class (dotted path) into --out"
     )
     args = parser.parse_args(argv)
@@ -105,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer = warm_start(shipped_model(BASE), env_cls)
         save_folder(model, tokenizer, args.out)
         print(f"build: {args.out} (use it with model.path={args.out})")
+        return 0
+    if args.task:  # the base stays as shipped: a rebuilt base differs across machines
+        from relay.models.shipped import shipped_model
+
+        build_task(args.out, args.task, TASK_MODELS[args.task], shipped_model(BASE))
         return 0
     build_base(args.out)
     if args.all:

@@ -107,6 +107,12 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
         env = resolve_dotted(t.env)
         make = env.make_rows if hasattr(env, "make_rows") else seed_rows
+        if hasattr(env, "make_eval_rows"):  # a held-out set of its own, never among the training rows
+            try:
+                held_out = env.make_eval_rows(t.num_eval_rows, cfg.run.seed)
+            except ValueError as e:
+                raise ConfigError([str(e)]) from None
+            return checked_split(make(t.num_train_rows, cfg.run.seed), held_out, "task.env")
         return make(t.num_train_rows, cfg.run.seed), make(t.num_eval_rows, cfg.run.seed + 7_919)
     for_env = t.env is not None
     train = load_rows(t.train_file, t.prompt_key, t.answer_key, for_env)

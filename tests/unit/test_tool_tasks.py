@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from relay.config import ConfigError, load_config
-from relay.envs import keyed_values, tool_chain, tool_retry
+from relay.envs import keyed_values, math_tool, tool_chain, tool_retry
 from relay.envs.chat_arithmetic import chat_arithmetic_reward
 from relay.envs.demonstrations import read_demonstrations, tool_call_problem
 from relay.envs.tool_tasks import TOOL_TASKS, overlap, question
@@ -31,6 +31,18 @@ def test_held_out_problems_are_at_least_128_and_never_trained_on(name, seed):
     if name != "chat_tool":  # nor is a held-out key's stored number ever seen in training
         assert not {r["key"] for r in train} & {r["key"] for r in held_out}
     assert TOOL_TASKS[name].make_rows(10, 128, seed) == (train[:10], held_out)
+
+
+def test_math_tool_holds_out_the_same_128_products_for_every_seed_and_never_trains_on_them():
+    held_out = math_tool.make_eval_rows(128, seed=0)
+    assert len({r["prompt"] for r in held_out}) == 128 and held_out == math_tool.make_eval_rows(128, seed=3)
+    for seed in (0, 3):
+        train = math_tool.make_rows(5000, seed)
+        assert overlap(train, held_out) is None
+        warm = math_tool.MathToolEnv.warm_start_episodes(2000, seed)
+        assert not {e.prompt[0]["content"] for e in warm} & {r["prompt"] for r in held_out}
+    with pytest.raises(ValueError, match="math_tool holds out 128 problems, got 200"):
+        math_tool.make_eval_rows(200, seed=0)
 
 
 def test_lookup_reads_the_table_and_names_the_key_a_sloppy_spelling_meant():
