@@ -75,7 +75,11 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
     # the endpoint read from the replies, which the program ran)
     if cfg.tools.enabled or cfg.task.agent:
-        metrics["eval/tool_calls_per_episode"] = sum(len(s.tool_calls) for s in samples) / max(len(samples), 1)
+        episodes = max(len(samples), 1)
+        metrics["eval/tool_calls_per_episode"] = sum(len(s.tool_calls) for s in samples) / episodes
+        metrics["eval/tool_errors_per_episode"] = sum(not c["ok"] for s in samples for c in s.tool_calls) / episodes
+        metrics["eval/turns_per_episode"] = sum(s.meta.get("agent", {}).get("turns", 1) for s in samples) / episodes
+        metrics["eval/problems"] = float(len(samples))  # how many held-out problems the numbers score
     return metrics
 
 
