@@ -26,7 +26,7 @@ from relay.config import Config
 from relay.config.resolved import kl_in_reward
 from relay.envs.data import PromptIterator
 from relay.failures import FailureWatch
-from relay.health import HealthMonitor, batch_signals
+from relay.health import HealthMonitor, batch_signals, held_out_sample
 from relay.run import metric_keys as keys
 from relay.run.folder import PhaseTimer, create_run_folder, resolve_model_path, run_folder, summarize, task_rows
 from relay.run.loggers import make_loggers
@@ -117,6 +117,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
+        in_run_rows = held_out_sample(eval_rows, cfg.health.eval_rows, cfg.run.seed)  # training.eval_every's
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
@@ -125,7 +126,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics.update(recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation"))
+                metrics.update(recovery.run(lambda: evaluate(cfg, actors, in_run_rows), "evaluation"))
             metrics.update(health.observe(step + 1, metrics))  # health/*; a `relay: health:` line per alarm
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view

@@ -53,6 +53,9 @@ class HealthConfig:
     zero_adv_frac: float = 1.0  # at least this share of the groups has all-equal rewards ...
     zero_adv_steps: int = 3  # ... for this many steps in a row (a solved batch for one step is no alarm)
     logprob_gap: float = 0.05  # mean |engine - learner| logprob per response token, nats
+    # In-run held-out evaluations (training.eval_every) on this many held-out rows, drawn once with
+    # run.seed so every evaluation reads the same ones; 0: all of them. Before and after training: all.
+    eval_rows: int = 0
 
 
 def validate_health(h: HealthConfig) -> list[str]:
@@ -64,6 +67,8 @@ def validate_health(h: HealthConfig) -> list[str]:
                 p.append(f"health.{key}: unknown rule {name!r}; the rules are {', '.join(RULES)}")
     if h.window < 1:
         p.append(f"health.window: must be >= 1, got {h.window}")
+    if h.eval_rows < 0:
+        p.append(f"health.eval_rows: must be >= 0 (0: every held-out row), got {h.eval_rows}")
     if h.zero_adv_steps < 1:
         p.append(f"health.zero_adv_steps: must be >= 1, got {h.zero_adv_steps}")
     fractions = ("reward_collapse", "entropy_collapse", "length_cap_frac", "length_collapse", "repeat_share")

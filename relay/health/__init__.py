@@ -5,7 +5,7 @@ rules.py    the rules, pure functions of a step's metrics and the steps before i
 monitor.py  HealthMonitor: the rules over a run, the alarm lines, health/* metrics, health.stop_on
 """
 
-from relay.health.monitor import HealthMonitor
+from relay.health.monitor import HealthMonitor, held_out_sample
 from relay.health.signals import batch_signals
 
-__all__ = ["HealthMonitor", "batch_signals"]
+__all__ = ["HealthMonitor", "batch_signals", "held_out_sample"]

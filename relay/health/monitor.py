@@ -10,6 +10,7 @@ health.stop_on sets `halt`, which the loop turns into a checkpoint and a HealthS
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from relay.config.health import RULES, HealthConfig
@@ -34,6 +35,14 @@ TRACKED = (
 )
 
 
+def held_out_sample(rows: list, k: int, seed: int) -> list:
+    """The held-out rows in-run evaluations read (health.eval_rows): `k` of them drawn once with
+    `seed`, in their order, so successive evaluations compare the same problems; all when k is 0."""
+    if not k or k >= len(rows):
+        return rows
+    return [rows[i] for i in sorted(random.Random(seed).sample(range(len(rows)), k))]
+
+
 class HealthMonitor:
     def __init__(
         self,
@@ -49,7 +58,10 @@ class HealthMonitor:
         self.armed: set[str] = set()  # level rules seen on the healthy side
         before = next((eval_before[k] for k in EVAL_KEYS if eval_before and k in eval_before), None)
         # the held-out point before training; its reward level is the first step's (the same policy)
-        self.heldout = {"step": 0, "value": before, "reward": None} if before == before and before is not None else None
+        self.before = {"step": 0, "value": before, "reward": None} if before == before and before is not None else None
+        # the last held-out point: in-run evaluations on a sample (health.eval_rows) compare with
+        # each other only, the evaluation after training (every row) with the one before
+        self.heldout = None if cfg.eval_rows else self.before
         self.alarms: list[dict] = []  # every alarm announced: step, rule, value, line
         self.halt: str | None = None  # a health.stop_on rule fired at the last step
         if state:
@@ -86,7 +98,8 @@ class HealthMonitor:
         if "reward_hacking" not in self.rules or not eval_after:
             return []
         metrics = {k: v for k, v in eval_after.items() if k in EVAL_KEYS}
-        check = RULE_FUNCTIONS["reward_hacking"](View(metrics, self.history, self.cfg.window, self.heldout), self.cfg)
+        last = self.before if self.cfg.eval_rows else self.heldout
+        check = RULE_FUNCTIONS["reward_hacking"](View(metrics, self.history, self.cfg.window, last), self.cfg)
         if check is None or not check.tripped:
             return []
         self._announce(step, "reward_hacking", check, when="after training")
@@ -110,8 +123,9 @@ class HealthMonitor:
         rewards = self.history.get(keys.REWARD_MEAN, [])
         if value is not None:  # a held-out evaluation at this step: the next comparison starts here
             self.heldout = {"step": step, "value": value, "reward": mean(rewards[-self.cfg.window :])}
-        elif self.heldout is not None and self.heldout["reward"] is None and rewards:
-            self.heldout["reward"] = rewards[0]
+        for point in (self.before, self.heldout):
+            if point is not None and point["reward"] is None and rewards:
+                point["reward"] = rewards[0]
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps, so a resumed run compares with the steps before it."""
@@ -119,6 +133,7 @@ class HealthMonitor:
             "history": {k: list(v) for k, v in self.history.items()},
             "active": sorted(self.active),
             "armed": sorted(self.armed),
+            "before": dict(self.before) if self.before else None,
             "heldout": dict(self.heldout) if self.heldout else None,
             "alarms": list(self.alarms),
         }
@@ -126,5 +141,6 @@ class HealthMonitor:
     def load_state_dict(self, state: dict) -> None:
         self.history = {k: list(v) for k, v in state.get("history", {}).items()}
         self.active, self.armed = set(state.get("active", ())), set(state.get("armed", ()))
-        self.heldout = dict(state["heldout"]) if state.get("heldout") else self.heldout
+        self.before = dict(state["before"]) if state.get("before") else self.before
+        self.heldout = dict(state["heldout"]) if state.get("heldout") else None
         self.alarms = list(state.get("alarms", ()))

@@ -94,7 +94,9 @@ def reward_hacking(v: View, c: HealthConfig) -> Check | None:
             f"since step {v.heldout['step']} (health.hacking_reward_rise={c.hacking_reward_rise:g}, "
             f"health.hacking_flat={c.hacking_flat:g})"
         )
-        return Check(rise - change, rise >= c.hacking_reward_rise and change <= c.hacking_flat, detail)
+        # a held-out score at 1 cannot rise: flat there is a solved task, not a hacked reward
+        tripped = rise >= c.hacking_reward_rise and change <= c.hacking_flat and now_eval < 1.0
+        return Check(rise - change, tripped, detail)
     w = v.window
     rewards, rules = v.recent(keys.REWARD_MEAN, 2 * w - 1), v.recent(keys.RM_RULE_REWARD_MEAN, 2 * w - 1)
     if v.get(keys.RM_RULE_REWARD_MEAN) is None or len(rewards) < 2 * w - 1 or len(rules) < 2 * w - 1:

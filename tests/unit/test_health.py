@@ -10,7 +10,7 @@ import pytest
 
 from relay.config import load_config
 from relay.config.health import RULES, HealthConfig, validate_health
-from relay.health import HealthMonitor, batch_signals
+from relay.health import HealthMonitor, batch_signals, held_out_sample
 from relay.health.rules import RULE_FUNCTIONS
 from relay.health.signals import correlation
 from relay.run import metric_keys as keys
@@ -249,12 +249,47 @@ def test_health_keys_load_and_validate():
     cfg = load_config(REPO / "configs/default.yaml", ["health.stop_on=[reward_collapse]", "health.window=3"])
     assert cfg.health.stop_on == ("reward_collapse",) and cfg.health.window == 3
     assert cfg.to_dict()["health"]["stop_on"] == ["reward_collapse"]
-    bad = HealthConfig(window=0, stop_on=("nope",), repeat_share=1.5, kl_growth=1.0, logprob_gap=0.0)
+    bad = HealthConfig(window=0, stop_on=("nope",), repeat_share=1.5, kl_growth=1.0, logprob_gap=0.0, eval_rows=-1)
     problems = validate_health(bad)
-    assert len(problems) == 5
+    assert len(problems) == 6
+    assert "health.eval_rows: must be >= 0 (0: every held-out row), got -1" in problems
     assert problems[0].startswith("health.stop_on: unknown rule 'nope'; the rules are reward_hacking, ")
     assert "health.window: must be >= 1, got 0" in problems
     assert "health.repeat_share: must be in (0, 1], got 1.5" in problems
     assert "health.kl_growth: must be > 1, got 1.0" in problems
     assert "health.logprob_gap: must be > 0, got 0.0" in problems
     assert validate_health(HealthConfig()) == []
+
+
+def test_held_out_sample_is_fixed_and_in_order():
+    rows = [{"i": i} for i in range(10)]
+    sample = held_out_sample(rows, 4, seed=0)
+    assert len(sample) == 4 and sample == held_out_sample(rows, 4, seed=0)
+    assert [r["i"] for r in sample] == sorted(r["i"] for r in sample)
+    assert held_out_sample(rows, 0, seed=0) is rows and held_out_sample(rows, 20, seed=0) is rows
+
+
+def test_sampled_evaluations_compare_with_each_other_and_the_last_with_the_first():
+    cfg = HealthConfig(window=2, eval_rows=64)
+    before = {"eval/accuracy": 0.9}  # every row: not comparable with a sample's accuracy
+    # step 2, the first sampled evaluation (0.5), starts the in-run comparisons: no alarm against 0.9
+    steps = [{keys.REWARD_MEAN: 0.2}, {keys.REWARD_MEAN: 0.4, "eval/accuracy": 0.5}, {keys.REWARD_MEAN: 0.4}]
+    # step 4: level mean(0.4, 0.8) = 0.6, up 0.3 from step 2's mean(0.2, 0.4) = 0.3, while 0.5 -> 0.5
+    steps.append({keys.REWARD_MEAN: 0.8, "eval/accuracy": 0.5})
+    lines: list[str] = []
+    monitor = HealthMonitor(cfg, before, say=lines.append)
+    outs = [monitor.observe(i + 1, m) for i, m in enumerate(steps)]
+    assert fired(outs, "reward_hacking") == [4]
+    assert "reward 0.3 -> 0.6 while held-out 0.5 -> 0.5 since step 2" in lines[0]
+    # after training (every row): against the whole set before, 0.9, from the first step's reward 0.2
+    assert monitor.final({"eval/accuracy": 0.95}, 4) == []
+    assert monitor.final({"eval/accuracy": 0.9}, 4)[0]["line"].endswith(
+        "reward_hacking: reward 0.2 -> 0.6 while held-out 0.9 -> 0.9 since step 0 "
+        "(health.hacking_reward_rise=0.1, health.hacking_flat=0)"
+    )
+
+
+def test_a_solved_held_out_set_is_no_hacking():
+    # the reward rises 0.2 while held-out stays at 1.0: it cannot rise, no alarm
+    steps = [{keys.REWARD_MEAN: 0.2}, {keys.REWARD_MEAN: 0.6, "eval/accuracy": 1.0}]
+    assert not run(steps, HealthConfig(window=2), {"eval/accuracy": 1.0})[1]
