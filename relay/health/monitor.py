@@ -17,7 +17,8 @@ from relay.config.health import RULES, HealthConfig
 from relay.health.rules import EVAL_KEYS, LEVEL_RULES, RULE_FUNCTIONS, Check, View, mean
 from relay.run import metric_keys as keys
 
-# the metrics the rules read across steps; the monitor keeps their last 2 x window values
+# the metrics the rules read across steps; the monitor keeps their last 2 x window values (or
+# zero_adv_steps, if more)
 TRACKED = (
     keys.REWARD_MEAN,
     keys.REWARD_STD,
@@ -118,7 +119,7 @@ class HealthMonitor:
             if (v := view.get(key)) is not None:
                 kept = self.history.setdefault(key, [])
                 kept.append(v)
-                del kept[: -2 * self.cfg.window]
+                del kept[: -max(2 * self.cfg.window, self.cfg.zero_adv_steps)]
         value = next((e for key in EVAL_KEYS if (e := view.get(key)) is not None), None)
         rewards = self.history.get(keys.REWARD_MEAN, [])
         if value is not None:  # a held-out evaluation at this step: the next comparison starts here

@@ -293,3 +293,9 @@ def test_a_solved_held_out_set_is_no_hacking():
     # the reward rises 0.2 while held-out stays at 1.0: it cannot rise, no alarm
     steps = [{keys.REWARD_MEAN: 0.2}, {keys.REWARD_MEAN: 0.6, "eval/accuracy": 1.0}]
     assert not run(steps, HealthConfig(window=2), {"eval/accuracy": 1.0})[1]
+
+
+def test_zero_advantage_steps_beyond_the_kept_windows():
+    cfg = HealthConfig(window=1, zero_adv_steps=4)  # 2 x window = 2 values kept would never make 4
+    outs, _, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0, 1.0)], cfg)
+    assert fired(outs, "zero_advantage") == [5]
