@@ -69,8 +69,10 @@ def reward_collapse(v: View, c: HealthConfig) -> Check | None:
     drop = ref - now
     frac = drop / abs(ref)
     episodes = v.get(keys.EPISODES) or 1.0
-    standard_error = (v.get(keys.REWARD_STD) or 0.0) / math.sqrt(episodes)
-    tripped = frac >= c.reward_collapse and drop >= c.noise_sigmas * standard_error
+    noise = c.noise_sigmas * (v.get(keys.REWARD_STD) or 0.0) / math.sqrt(episodes)
+    # a recent level within the noise of 0 (normalised reward-model scores hover there) has
+    # nothing to collapse from: any fall is a large fraction of it
+    tripped = frac >= c.reward_collapse and drop >= noise and abs(ref) >= noise
     detail = (
         f"reward/mean {now:.3g}, down {frac:.0%} from its mean {ref:.3g} over the last {len(recent)} steps "
         f"(health.reward_collapse={c.reward_collapse:g})"

@@ -299,3 +299,10 @@ def test_zero_advantage_steps_beyond_the_kept_windows():
     cfg = HealthConfig(window=1, zero_adv_steps=4)  # 2 x window = 2 values kept would never make 4
     outs, _, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0, 1.0)], cfg)
     assert fired(outs, "zero_advantage") == [5]
+
+
+def test_reward_collapse_needs_a_level_above_the_noise():
+    # normalised scores: recent level 0.07, std 1 over 128 episodes: 3 x 1 / sqrt(128) = 0.265 > 0.07
+    steps = [{keys.REWARD_MEAN: 0.07, keys.REWARD_STD: 1.0, keys.EPISODES: 128}] * 5
+    outs, lines, _ = run([*steps, {keys.REWARD_MEAN: -0.3, keys.REWARD_STD: 1.0, keys.EPISODES: 128}])
+    assert not lines and outs[-1][keys.health_value("reward_collapse")] == pytest.approx(0.37 / 0.07)
