@@ -62,7 +62,7 @@ class Reference(RankGroupMember):
         self.training, self.temperature = settings.training, settings.temperature
         self.device = actor_device()
         m = settings.model
-        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device).eval()
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device).eval()
         self.ranks = RankMember()
 
     @on_rank_group("every_rank")
@@ -85,7 +85,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.objective = Objective.from_settings(settings.algorithm, settings.tis_cap)
         self.device = actor_device()
         m = settings.model
-        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code).to(self.device)
+        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device)
         if m.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
             self.model = attach_adapters(self.model, m.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights

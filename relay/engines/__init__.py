@@ -31,4 +31,6 @@ def make_engine(cfg, model_path: str) -> Engine:
     if ENGINES[r.engine].can.max_lora_adapter_rank > 0:
         lora = m.lora if m.lora.sends_adapters(r.engine) else None
         return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
+    if r.engine == "hf" and m.attn_implementation:  # the engine loads its own copy of the learner's model
+        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, attn_implementation=m.attn_implementation, **r.engine_kwargs)
     return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, **r.engine_kwargs)

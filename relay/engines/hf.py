@@ -17,7 +17,14 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from relay.engines.base import Completion, SamplingParams, Weights, named_items
-from relay.engines.hf_prefill import answered_prefill, generation_module, shared_prefill
+from relay.engines.hf_prefill import (
+    MIN_SHARED_PREFIX,
+    answered_prefill,
+    generation_module,
+    prefix_layout,
+    shared_prefill,
+    shared_prefix_length,
+)
 from relay.models.loading import actor_device, load_model, load_tokenizer
 from relay.weights.transfer import as_tensor
 
@@ -55,11 +62,13 @@ class HFEngine:
         tokenizer_path: str | None = None,
         trust_remote_code: bool = False,
         share_prefill: bool = True,
+        attn_implementation: str | None = None,
         **engine_kwargs,
     ):
         self.tokenizer = load_tokenizer(tokenizer_path or model_path, trust_remote_code)
         self.device = actor_device()
-        self.model = load_model(model_path, dtype, trust_remote_code).to(self.device).eval()
+        model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation)
+        self.model = model.to(self.device).eval()
         self.generate_kwargs = engine_kwargs  # passed to model.generate untouched (its settings via its config)
         # rows with the same prompt (a GRPO group) prefill it once (relay/engines/hf_prefill.py); False:
         # generate prefills every row, as a reference for tests and benchmarks
@@ -158,9 +167,17 @@ class HFEngine:
         """Each row's new tokens (padded after its end), their logprobs, and per token its top
         sampling.top_logprobs alternatives (None per row when 0), from one model.generate."""
         pad = self.tokenizer.pad_token_id
-        width = max(map(len, prompts))
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        prefix = shared_prefix_length(prompts) if self.share_prefill else 0
+        prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        if prefix:
+            ids, mask = prefix_layout(prompts, prefix, pad)
+        else:  # left padding
+            width = max(map(len, prompts))
+            ids = [[pad] * (width - len(p)) + p for p in prompts]
+            mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+        width = len(ids[0])
+        input_ids = torch.tensor(ids, device=self.device)
+        attention_mask = torch.tensor(mask, device=self.device)
         greedy = sampling.temperature == 0
         config = generation_config(
             sampling.max_tokens,
@@ -178,7 +195,7 @@ class HFEngine:
         generator = generation_module(self.model)
         prefill = None
         if self.share_prefill:
-            prefill = shared_prefill(generator, config, kwargs, prompts, input_ids, attention_mask)
+            prefill = shared_prefill(generator, config, kwargs, prompts, input_ids, attention_mask, prefix)
         if prefill is not None:  # generate decodes on from the shared prefill's cache
             kwargs["past_key_values"] = prefill.past_key_values
         if sampling.stop:

@@ -71,6 +71,30 @@ def rows_by_prompt(prompts: list[list[int]]) -> tuple[list[int], list[int]]:
     return first_rows, prompt_of_row
 
 
+# A prefix every row of a call starts with (a multi-turn task's system prompt and tool schemas) is
+# prefilled once, in one row, when it is at least this long: shorter ones do not pay for the second
+# forward. Every row keeps at least one token of its own.
+MIN_SHARED_PREFIX = 32
+
+
+def shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with (at most the shortest prompt's length minus one)."""
+    first = prompts[0]
+    for k in range(min(map(len, prompts)) - 1):
+        if any(p[k] != first[k] for p in prompts):
+            return k
+    return max(min(map(len, prompts)) - 1, 0)
+
+
+def prefix_layout(prompts: list[list[int]], prefix: int, pad: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(ids, mask) of rows laid out as [shared prefix | padding | the row's own tokens]: the prefix
+    sits at the same positions in every row, so one row's cache of it serves all of them."""
+    width = max(map(len, prompts)) - prefix
+    ids = [p[:prefix] + [pad] * (width - len(p) + prefix) + p[prefix:] for p in prompts]
+    mask = [[1] * prefix + [0] * (width - len(p) + prefix) + [1] * (len(p) - prefix) for p in prompts]
+    return ids, mask
+
+
 @torch.no_grad()
 def shared_prefill(
     model: torch.nn.Module,
@@ -79,12 +103,14 @@ def shared_prefill(
     prompts: list[list[int]],
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
+    prefix: int = 0,
 ) -> ModelOutput | None:
-    """The prefill `generate` would run over every row of `input_ids` (left-padded `prompts`), run
-    once per distinct prompt and repeated to its rows; None where no two rows share a prompt or
-    `generate` would not run that prefill (`can_share`)."""
+    """The prefill `generate` would run over every row of `input_ids` (`prompts`, left-padded, or
+    in `prefix_layout` when they share `prefix` tokens), run once per distinct prompt and repeated
+    to its rows, the shared prefix once in all; None where there is nothing to share or `generate`
+    would not run that prefill (`can_share`)."""
     first_rows, prompt_of_row = rows_by_prompt(prompts)
-    if len(first_rows) == len(prompts) or not can_share(model, config, native_kwargs):
+    if (len(first_rows) == len(prompts) and not prefix) or not can_share(model, config, native_kwargs):
         return None
     distinct = torch.tensor(first_rows, device=input_ids.device)
     ids, mask = input_ids[distinct], attention_mask[distinct]
@@ -93,11 +119,15 @@ def shared_prefill(
     # only where the model can
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    if prefix:  # the shared prefix in one row, its cache then repeated to every distinct prompt
+        model(input_ids=ids[:1, :prefix], position_ids=position_ids[:1, :prefix], past_key_values=cache, use_cache=True, **last_only)
+        cache.batch_repeat_interleave(len(first_rows))
     out = model(
-        input_ids=ids,
+        input_ids=ids[:, prefix:],
         attention_mask=None if bool((mask == 1).all()) else mask,
-        position_ids=position_ids,
-        past_key_values=DynamicCache(config=model.config.get_text_config(decoder=True)),
+        position_ids=position_ids[:, prefix:],
+        past_key_values=cache,
         use_cache=True,
         return_dict=True,
         **last_only,

@@ -32,7 +32,14 @@ def actor_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False, key: str = "model.path"):
+def load_model(
+    path: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    key: str = "model.path",
+    attn_implementation: str | None = None,
+):
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     return import_transformers().AutoModelForCausalLM.from_pretrained(
-        model_folder(path, key), dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+        model_folder(path, key), dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
     )

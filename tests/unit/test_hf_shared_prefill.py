@@ -12,7 +12,13 @@ import torch
 from relay.config.lora import LoraConfig
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine, generation_config
-from relay.engines.hf_prefill import can_share, generation_module, rows_by_prompt
+from relay.engines.hf_prefill import (
+    MIN_SHARED_PREFIX,
+    can_share,
+    generation_module,
+    rows_by_prompt,
+    shared_prefix_length,
+)
 from relay.envs.arithmetic import make_rows
 from relay.models.loading import load_model
 from relay.models.lora import attach_adapters
@@ -182,3 +188,29 @@ def test_rows_by_prompt_and_when_generate_would_not_prefill_plainly(engines):
         changed = copy.deepcopy(config)
         changed.update(**setting)
         assert not can_share(model, changed, {}), setting
+
+
+def test_a_long_shared_prefix_is_prefilled_once_and_rows_match_unshared(engines):
+    """Multi-turn rows of one task: the same system prompt, then each row's own question and turns.
+    The prefix is prefilled in one row and its cache repeated; token ids match unshared generation
+    and logprobs agree to float noise (the prefix and the rest are two matrix shapes, not one)."""
+    shared, unshared = engines
+    tokenizer = shared.tokenizer
+    system = tokenizer("You can call tools. " * 12, add_special_tokens=False).input_ids
+    rows = [system + encode_chat(tokenizer, row["prompt"]) for row in make_rows(6, seed=3, digits=2)]
+    rows[1] += tokenizer(" and more text", add_special_tokens=False).input_ids  # rows of different lengths
+    assert shared_prefix_length(rows) >= MIN_SHARED_PREFIX
+    for sampling in (SamplingParams(temperature=0.0, max_tokens=8), SamplingParams(temperature=1.0, max_tokens=8, seed=3)):
+        shapes: list[tuple[int, int]] = []
+        hook = generation_module(shared.model).register_forward_pre_hook(
+            lambda module, args, inputs, seen=shapes: seen.append(tuple(inputs["input_ids"].shape)), with_kwargs=True
+        )
+        try:
+            out = shared.generate(rows, sampling)
+        finally:
+            hook.remove()
+        assert shapes[0] == (1, shared_prefix_length(rows))  # the first forward: the prefix, one row
+        plain = unshared.generate(rows, sampling)
+        for x, y in zip((c for g in out for c in g), (c for g in plain for c in g)):
+            assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4, rel=0)
