@@ -1,14 +1,23 @@
-"""Does relay make a real pretrained model better at a task? Held-out accuracy before and after,
-over several seeds, for full fine-tuning and LoRA, on configs/smol_arith.yaml by default.
+"""Does RL make a real pretrained model better than imitation alone? Held-out accuracy per task and
+seed for the instruct model, SFT only and SFT+RL, on configs/smol_arith.yaml by default.
 
-Each run is `python driver.py --config CONFIG run.seed=S [variant overrides]`, one at a time; the
-run's own summary (runs/<name>/summary.json: held-out greedy accuracy on problems never trained on,
-before, after the supervised stage when the config has one, and after RL; with tools, tool calls per
-episode too) is read back. Prints per-seed numbers, the mean change and its spread across seeds.
+Each run is `python driver.py --config CONFIG run.seed=S [overrides]`, one at a time; the run's own
+summary (runs/<name>/summary.json: held-out greedy accuracy on problems never trained on, before,
+after the supervised stage when the config has one, and after RL, with the wall-clock second each
+was measured at) is read back.
+
+- SFT+RL is the recipe as written (full fine-tuning; `--variants lora` adds a LoRA run).
+- SFT only (`--sft-only-steps 12 24 48`, configs with sft.*): the same demonstrations trained for
+  each step count with no RL (training.steps=0); the best count is what RL is compared with, so
+  RL is measured against imitation at its best, not a short SFT.
+- Tool tasks also report tool calls, turns and tool errors per held-out episode.
+
+`--plot FILE.png` draws held-out accuracy against wall-clock minutes, SFT only and SFT+RL, one
+panel per task. `--reuse` reads runs already in --out instead of running them again.
 Numbers, never assertions.
 
-    python benchmarks/real_model_learning.py [--config configs/smol_arith.yaml] [--seeds 0 1 2]
-        [--variants full lora] [--model PATH] [--out DIR] [-- extra overrides]
+    python benchmarks/real_model_learning.py [--configs configs/smol_tool_chain.yaml ...] [--seeds 0 1 2]
+        [--sft-only-steps 12 24 48] [--variants full lora] [--out DIR] [--reuse] [--plot FILE] [-- overrides]
 """
 
 from __future__ import annotations
@@ -18,7 +27,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,19 +36,21 @@ VARIANTS = {
     # LoRA keeps the base frozen: a higher learning rate is the usual trade (adapters start at zero).
     "lora": ["model.lora.rank=16", "model.lora.alpha=32", "training.lr=1.0e-4"],
 }
+EPISODE_STATS = ("tool_calls_per_episode", "turns_per_episode", "tool_errors_per_episode")
 
 
-def one_run(config: str, seed: int, overrides: list[str], out: Path, name: str) -> dict:
-    """The run's summary (runs/<name>/summary.json: held-out metrics before, after SFT, after RL) and its wall time."""
+def one_run(config: str, seed: int, overrides: list[str], out: Path, name: str, reuse: bool) -> dict:
+    """The run's summary (held-out metrics before, after SFT, after RL, and when each was taken)."""
+    summary = out / name / "summary.json"
+    if reuse and summary.exists():
+        return json.loads(summary.read_text())
     cmd = [sys.executable, "driver.py", "--config", config, f"run.seed={seed}", f"run.name={name}"]
     cmd += [f"run.output_dir={out}", "checkpoint.save_hf_model=false", *overrides]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    summary = out / name / "summary.json"
     if proc.returncode != 0 or not summary.exists():
         raise SystemExit(f"{name}: no summary (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return json.loads(summary.read_text()) | {"wall_s": wall}
+    return json.loads(summary.read_text()) | {"wall_s": time.perf_counter() - start}
 
 
 def describe(r: dict, metric: str) -> str:
@@ -49,35 +59,97 @@ def describe(r: dict, metric: str) -> str:
     return " -> ".join(f"{v:.3f}" for v in values if v is not None)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/smol_arith.yaml")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--model", help="model.path override (a folder, a .gguf, or a short name)")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
-    args = ap.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="relay-real-model-"))
-    extra = [*args.overrides, *([f"model.path={args.model}"] if args.model else [])]
-    for variant in args.variants:
-        changes = []
-        for seed in args.seeds:
-            r = one_run(args.config, seed, [*VARIANTS[variant], *extra], out, f"{variant}-s{seed}")
+def task_of(config: str) -> str:
+    return Path(config).stem
+
+
+def run_task(config: str, args, extra: list[str]) -> list[dict]:
+    """Every seed's runs of one config: SFT-only at each step count, then each variant; one row per seed."""
+    rows = []
+    for seed in args.seeds:
+        row = {"task": task_of(config), "seed": seed, "sft_only": {}, "runs": {}}
+        for steps in args.sft_only_steps:
+            name = f"{task_of(config)}-sft{steps}-s{seed}"
+            r = one_run(config, seed, [f"sft.steps={steps}", "training.steps=0", *extra], args.out, name, args.reuse)
+            row["sft_only"][steps] = r
+            print(f"{task_of(config)} seed {seed}: SFT only, {steps} steps: held-out {describe(r, 'accuracy')}", flush=True)
+        for variant in args.variants:
+            name = f"{task_of(config)}-{variant}-s{seed}"
+            r = one_run(config, seed, [*VARIANTS[variant], *extra], args.out, name, args.reuse)
+            row["runs"][variant] = r
             metric = "accuracy" if "accuracy_after" in r else "success_rate"
-            changes.append(r[f"{metric}_after"] - r[f"{metric}_before"])
-            tools = (
-                f"; tool calls per episode {describe(r, 'tool_calls_per_episode')}"
-                if "tool_calls_per_episode_after" in r
-                else ""
-            )
+            stats = "; ".join(f"{k.replace('_', ' ')} {describe(r, k)}" for k in EPISODE_STATS if f"{k}_after" in r)
             print(
-                f"{variant} seed {seed}: held-out {metric} {describe(r, metric)} ({changes[-1]:+.3f}){tools}; "
-                f"training reward {r['reward_start']:.3f} -> {r['reward_end']:.3f}; {r['wall_s']:.0f} s",
+                f"{task_of(config)} seed {seed} {variant}: held-out {metric} {describe(r, metric)}"
+                f" ({r[f'{metric}_after'] - r[f'{metric}_before']:+.3f}){'; ' + stats if stats else ''}; "
+                f"training reward {r['reward_start']:.3f} -> {r['reward_end']:.3f}; {r.get('wall_s', float('nan')):.0f} s",
                 flush=True,
             )
-        spread = statistics.stdev(changes) if len(changes) > 1 else float("nan")
-        print(f"{variant}: mean change {statistics.fmean(changes):+.3f} (sd {spread:.3f}, {len(changes)} seeds)")
+        rows.append(row)
+    return rows
+
+
+def report(rows: list[dict], variant: str) -> None:
+    """Per task: SFT+RL against the best SFT-only count, per seed and as a mean."""
+    for task in dict.fromkeys(r["task"] for r in rows):
+        gains = []
+        for row in (r for r in rows if r["task"] == task and variant in r["runs"]):
+            rl = row["runs"][variant]
+            sft_only = [r["accuracy_after_sft"] for r in row["sft_only"].values()] + [rl.get("accuracy_after_sft", float("nan"))]
+            best = max((v for v in sft_only if v == v), default=float("nan"))
+            gains.append(rl["accuracy_after"] - best)
+            print(
+                f"{task} seed {row['seed']}: instruct {rl.get('accuracy_before', float('nan')):.3f}, "
+                f"best SFT only {best:.3f}, SFT+RL {rl['accuracy_after']:.3f} ({gains[-1]:+.3f})"
+            )
+        if gains:
+            spread = statistics.stdev(gains) if len(gains) > 1 else float("nan")
+            print(f"{task} {variant}: SFT+RL minus best SFT only, mean {statistics.fmean(gains):+.3f} (sd {spread:.3f}, {len(gains)} seeds)")
+
+
+def plot(rows: list[dict], variant: str, path: Path) -> None:
+    """Held-out accuracy against wall-clock minutes: SFT-only runs and SFT+RL, one panel per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for row in (r for r in rows if r["task"] == task):
+            points = [(row["runs"][variant], "SFT+RL", "tab:red")] if variant in row["runs"] else []
+            points += [(r, "SFT only", "tab:blue") for r in row["sft_only"].values()]
+            for r, label, color in points:
+                when = [w for w in ("before", "after_sft", "after") if f"seconds_{w}" in r and f"accuracy_{w}" in r]
+                xs = [r[f"seconds_{w}"] / 60 for w in when]
+                ax.plot(xs, [r[f"accuracy_{w}"] for w in when], "o-", color=color, alpha=0.7, label=label)
+        handles = {h.get_label(): h for h in ax.get_lines()}
+        ax.legend(handles.values(), handles.keys(), loc="upper left")
+        ax.set(title=task, xlabel="wall-clock minutes (2 CPU cores)", ylabel="held-out accuracy", ylim=(-0.02, 1.02))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=["configs/smol_arith.yaml"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--sft-only-steps", type=int, nargs="*", default=[], help="SFT-only step counts (configs with sft.*)")
+    ap.add_argument("--variants", nargs="+", default=["full"], choices=list(VARIANTS))
+    ap.add_argument("--model", help="model.path override (a folder, a .gguf, or a short name)")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "real-model-learning")
+    ap.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them")
+    ap.add_argument("--plot", type=Path, help="write held-out accuracy against wall-clock time here (.png)")
+    ap.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
+    args = ap.parse_args()
+    extra = [*args.overrides, *([f"model.path={args.model}"] if args.model else [])]
+    rows = [row for config in args.configs for row in run_task(config, args, extra)]
+    for variant in args.variants:
+        report(rows, variant)
+    if args.plot:
+        plot(rows, args.variants[0], args.plot)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ samples from the producer) is decided once at start-up: actors/steps.py.
 from __future__ import annotations
 
 import random
+import time
 from functools import partial
 
 from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
@@ -69,6 +70,7 @@ def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: Fa
 
 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
+    started = time.perf_counter()  # the summary's seconds_* say when each held-out result was in
     run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
     path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
@@ -109,12 +111,14 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
                 state["eval_before"] = evaluate(cfg, actors, eval_rows)
+            state.setdefault("seconds", {})["before"] = time.perf_counter() - started
         if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
             with phase(f"supervised stage ({cfg.sft.steps} steps)"):
                 supervised_stage(cfg, actors, demos, run_dir)
             recovery.state_unknown()  # trained outside the kept updates: restorable from the next checkpoint
             with phase("held-out evaluation after the supervised stage"):
                 state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
+            state.setdefault("seconds", {})["after_sft"] = time.perf_counter() - started
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
         in_run_rows = held_out_sample(eval_rows, cfg.health.eval_rows, cfg.run.seed)  # training.eval_every's
@@ -147,7 +151,11 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 raise stop.stopped(step + 1)
             if halted:
                 raise HealthStopped(halted, step + 1, run_dir)
-        eval_after = recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation")
+        if cfg.training.steps:
+            eval_after = recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation")
+        else:  # the supervised stage alone: its held-out result is the run's
+            eval_after = state["eval_after_sft"]
+        state.setdefault("seconds", {})["after"] = time.perf_counter() - started
         health.final(eval_after, cfg.training.steps)  # reward_hacking against the held-out result
         if cfg.checkpoint.save_hf_model:
             final, tokenizer = str(run_dir / "final_model"), cfg.model.tokenizer_path or path
@@ -155,4 +163,6 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 actors.learner.save_hf.remote(final, tokenizer), actors.learner, "save_hf", long=True
             )
             recovery.run(save_hf, "final save")
-    return summarize(state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"))
+    return summarize(
+        state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"), state.get("seconds")
+    )

@@ -43,7 +43,10 @@ def validate(cfg: Config) -> list[str]:
 
     t, r, a, res = cfg.training, cfg.rollout, cfg.algorithm, cfg.resources
     p += validate_run(cfg)
-    need(t.steps >= 1, f"training.steps: must be >= 1, got {t.steps}")
+    need(
+        t.steps >= 1 or (t.steps == 0 and cfg.sft.steps > 0),
+        f"training.steps: must be >= 1 (or 0 with sft.steps > 0: the supervised stage alone), got {t.steps}",
+    )
     need(t.prompts_per_step >= 1, f"training.prompts_per_step: must be >= 1, got {t.prompts_per_step}")
     need(t.lr > 0, f"training.lr: must be > 0, got {t.lr}")
     need(t.grad_clip > 0, f"training.grad_clip: must be > 0, got {t.grad_clip}")

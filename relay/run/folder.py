@@ -229,12 +229,19 @@ def eval_metrics(task: TaskConfig, rewards: list[float]) -> dict[str, float]:
 
 
 def summarize(
-    rewards: list[float], before: dict[str, float], after: dict[str, float], run_dir: Path, after_sft: dict | None = None
+    rewards: list[float],
+    before: dict[str, float],
+    after: dict[str, float],
+    run_dir: Path,
+    after_sft: dict | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> dict:
     """Reward at the start and end of training, and each held-out metric before and after (and
-    after the supervised stage, with sft.steps); printed too."""
+    after the supervised stage, with sft.steps); printed too. `seconds`: when each held-out
+    result was in, counted from the run's start (seconds_before, seconds_after_sft, seconds_after)."""
     k = max(1, min(5, len(rewards) // 2))
-    summary = {"reward_start": statistics.fmean(rewards[:k]), "reward_end": statistics.fmean(rewards[-k:])}
+    mean = lambda values: statistics.fmean(values) if values else float("nan")  # noqa: E731  (no RL steps: none)
+    summary = {"reward_start": mean(rewards[:k]), "reward_end": mean(rewards[-k:])}
     held_out = []
     for key, value in after.items():
         name, start = key.removeprefix("eval/"), before.get(key, float("nan"))
@@ -244,6 +251,7 @@ def summarize(
             summary[f"{name}_after_sft"] = after_sft.get(key, float("nan"))
             sft = f" -> {summary[f'{name}_after_sft']:.3f} (after SFT)"
         held_out.append(f"{name.replace('_', ' ')} {start:.3f}{sft} -> {value:.3f}")
+    summary |= {f"seconds_{when}": round(s, 1) for when, s in (seconds or {}).items()}
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")  # benchmarks read it
     print(

@@ -51,3 +51,14 @@ def test_a_bad_demonstration_line_stops_before_any_actor(tmp_path, capsys, ray_s
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"relay: error: sft.data: {demos}:3: no assistant message: nothing to learn from"], err
     assert not out.exists()
+
+
+def test_the_supervised_stage_alone_is_a_run_whose_held_out_result_is_after_sft(tmp_path, ray_session):
+    """training.steps=0 with sft.steps: no RL step; the summary says when each result was in."""
+    demos = tmp_path / "sums.jsonl"
+    write_demonstrations(demos, make_rows(24, seed=5, digits=2))
+    args = [f"run.output_dir={tmp_path}", "run.name=sft-only", "sft.steps=2", "sft.batch_size=8", f"sft.data={demos}"]
+    assert driver.main([*args, *SMALL, "training.steps=0"]) == 0
+    summary = json.loads((tmp_path / "sft-only" / "summary.json").read_text())
+    assert summary["accuracy_after"] == summary["accuracy_after_sft"] and math.isnan(summary["reward_start"])
+    assert 0 < summary["seconds_before"] < summary["seconds_after_sft"] <= summary["seconds_after"]
