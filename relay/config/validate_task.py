@@ -71,7 +71,7 @@ def validate_tool_task(task: TaskConfig, tools: ToolsConfig) -> list[str]:
     """A built-in tool task runs only with every tool its episodes call: tools.enabled (the
     sandboxed python tool), and each function tool named by a tools.functions entry."""
     needed = TOOL_TASK_TOOLS.get(task.name)
-    if not needed:
+    if not needed or task.agent:  # an agent program (task.agent) runs its tools itself
         return []
     if not tools.enabled:
         return [f"tools.enabled: task.name={task.name} calls the tools {', '.join(needed)}; set tools.enabled=true"]
