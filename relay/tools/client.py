@@ -13,7 +13,9 @@ a result (whatever the code did) or a 4xx (429 "full" included) is never retried
 a time-out while waiting for the answer (the code may be running; a retry would run it twice).
 `timeout` is the deadline for the whole call, retries and back-off included. A body over
 tools.max_body_bytes is refused here, never sent. Every request names this client in the
-X-Relay-Client header, so the server's fair queue tells one rollout worker's calls from another's.
+X-Relay-Client header, signed in X-Relay-Signature with RELAY_TOOL_SECRET where this process has
+it, so the server's fair queue tells one rollout worker's calls from another's; the server counts
+an unsigned id by the peer's address instead (relay/tools/client_auth.py).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from relay.config import ConfigError, ToolsConfig, validate_sandbox_limits, validate_tool_client
+from relay.tools.client_auth import CLIENT_HEADER, SIGNATURE_HEADER, secret_from_env, sign
 from relay.tools.registry import ToolResult
 
 _RETRY_STATUS = (502, 503, 504)
-_CLIENT_HEADER = "X-Relay-Client"  # relay.tools.http_handler.CLIENT_HEADER
 _client_numbers = itertools.count()
 
 
@@ -49,8 +51,9 @@ class _Retry(Exception):
 
 
 class ToolClient:
-    def __init__(self, cfg: ToolsConfig):
-        """cfg.server_url must be set; the knobs are checked as validate() checks tools.*."""
+    def __init__(self, cfg: ToolsConfig, secret: bytes | None = None):
+        """cfg.server_url must be set; the knobs are checked as validate() checks tools.*. `secret`
+        signs this client's id; None: RELAY_TOOL_SECRET from the environment, if set."""
         problems = validate_tool_client(cfg) + validate_sandbox_limits(cfg.sandbox_limits, "tools.sandbox_limits.")
         if cfg.server_url is None:
             problems.insert(0, "tools.server_url: a tool client needs the server's http(s)://host:port, got None")
@@ -65,7 +68,11 @@ class ToolClient:
         self._pace_lock = threading.Lock()
         self._next_start = 0.0
         # Unique per client object across a cluster: host, process, and a counter in the process.
-        self.client_id = f"{socket.gethostname()}/{os.getpid()}/{next(_client_numbers)}"
+        self.client_id = f"{socket.gethostname()}/{os.getpid()}/{next(_client_numbers)}"[-128:]
+        self._headers = {"Content-Type": "application/json", CLIENT_HEADER: self.client_id}
+        secret = secret if secret is not None else secret_from_env()
+        if secret:
+            self._headers[SIGNATURE_HEADER] = sign(secret, self.client_id)
 
     # -- one request ---------------------------------------------------------------------
 
@@ -77,8 +84,7 @@ class ToolClient:
         conn = self._connection(timeout)
         try:
             try:
-                headers = {"Content-Type": "application/json", _CLIENT_HEADER: self.client_id}
-                conn.request("POST", self._path, body=body, headers=headers)
+                conn.request("POST", self._path, body=body, headers=self._headers)
             except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as e:
                 raise _Retry(f"cannot reach the tool server at {self.cfg.server_url}: {e}") from None
             try:

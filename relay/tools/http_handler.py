@@ -18,13 +18,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from relay.tools.admission import DeadlineReader, parse_body
+from relay.tools.client_auth import CLIENT_HEADER, SIGNATURE_HEADER, client_key
 
 log = logging.getLogger("relay.tools.server")
 
 _DRAIN_S = 1.0  # a connection refused over the cap is drained this long at most, then closed
 _MAX_DRAINING = 1024  # beyond this many at once, refused connections are closed at once
 
-CLIENT_HEADER = "X-Relay-Client"
+__all__ = ["CLIENT_HEADER", "SIGNATURE_HEADER", "Handler", "HTTPServer", "failure"]
 
 
 def failure(message: str) -> dict:
@@ -102,8 +103,14 @@ class Handler(BaseHTTPRequestHandler):
             self._error(404, f"no such endpoint {self.path!r}; use POST /execute or GET /health")
 
     def client_id(self) -> str:
-        given = self.headers.get(CLIENT_HEADER, "")
-        return given[:128] if given.isprintable() and given else self.client_address[0]
+        """The fair queue's key: the claimed id where the run's secret signed it, else the peer
+        address (relay/tools/client_auth.py), so no caller can spend another's places in line."""
+        owner = self.server.owner
+        key, signed = client_key(
+            self.headers.get(CLIENT_HEADER), self.headers.get(SIGNATURE_HEADER), self.client_address[0], owner.secret
+        )
+        owner.count_client(signed)
+        return key
 
     def do_POST(self) -> None:
         if self.path.rstrip("/") != "/execute":

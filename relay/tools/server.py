@@ -2,7 +2,9 @@
 
 Protocol:
     POST /execute  {"code": "..."}   (any other field is ignored: it can never raise a limit)
-        header X-Relay-Client: <id>  optional; the fair queue's client (else the peer address)
+        headers X-Relay-Client: <id>, X-Relay-Signature: <HMAC of the id>  optional: the fair
+            queue's client, where the signature verifies under RELAY_TOOL_SECRET (else the peer
+            address: relay/tools/client_auth.py)
         200 -> {"ok", "stdout", "stderr", "exit_code", "timed_out", "truncated", "error",
                 "killed_reason", "seconds"}          the code ran (whatever it did)
         400 the body is not JSON for any reason (invalid UTF-8, too deep, a huge number, cut
@@ -26,8 +28,9 @@ every request's work is a blocking subprocess wait, so one thread per request is
 shape. Responses close the connection (HTTP/1.0), so stopping the server never waits on idle
 keep-alive sockets.
 
-Binds 127.0.0.1 by default. There is no authentication: expose it beyond loopback only inside a
-private cluster network.
+Binds 127.0.0.1 by default. Client ids are authenticated (signed with RELAY_TOOL_SECRET), the
+requests themselves are not: anyone who reaches the port can run code in the sandbox, so expose it
+beyond loopback only inside a private cluster network.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import get_args
 
 from relay.config import ConfigError, SandboxConfig, SandboxMode, ToolServerConfig, validate_tool_server
 from relay.tools.admission import FairSlots
+from relay.tools.client_auth import SECRET_ENV, secret_from_env
 from relay.tools.http_handler import Handler, HTTPServer, failure
 from relay.tools.sandbox import SandboxResult, make_runner
 
@@ -53,12 +57,19 @@ class ToolServer:
     """The server object: `start()` serves in a background thread, `serve_forever()` in this one."""
 
     def __init__(
-        self, cfg: ToolServerConfig = ToolServerConfig(), runner: Callable[[str], SandboxResult] | None = None
+        self,
+        cfg: ToolServerConfig = ToolServerConfig(),
+        runner: Callable[[str], SandboxResult] | None = None,
+        secret: bytes | None = None,
     ):
+        """`secret`: what signs client ids (relay/tools/client_auth.py); None: RELAY_TOOL_SECRET
+        from the environment, and without it every client is counted by its peer address."""
         problems = validate_tool_server(cfg)
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
+        self.secret = secret if secret is not None else secret_from_env()
+        self._by_id = self._by_peer = 0  # requests counted by a signed id, by their peer address
         # Refuses here, before binding, when the sandbox cannot be built (sandbox="bwrap").
         self.runner = runner or make_runner(cfg.sandbox, cfg.sandbox_limits)
         self.slots = cfg.max_concurrency or 2 * (os.cpu_count() or 1)
@@ -93,10 +104,17 @@ class ToolServer:
         with self._lock:
             self._connections -= 1
 
+    def count_client(self, signed: bool) -> None:
+        with self._lock:
+            if signed:
+                self._by_id += 1
+            else:
+                self._by_peer += 1
+
     def health(self) -> dict:
         limits = self.cfg.sandbox_limits
         with self._lock:
-            served, connections = self._served, self._connections
+            served, connections, by_id, by_peer = self._served, self._connections, self._by_id, self._by_peer
         return {
             "ok": True,
             "sandbox": self.cfg.sandbox,
@@ -104,6 +122,9 @@ class ToolServer:
             "running": self.queue.running,
             "waiting": self.queue.waiting,
             "clients": self.queue.clients(),
+            "client_ids": "signed" if self.secret else "by peer address",  # RELAY_TOOL_SECRET set or not
+            "requests_by_id": by_id,  # a signed X-Relay-Client
+            "requests_by_peer": by_peer,  # no id, or one not signed with the secret
             "served": served,
             "connections": connections,  # open HTTP connections (a GET /health counts its own)
             "max_connections": self.max_connections,
@@ -239,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     # The first stdout line is machine-readable: tests and launchers read the port from it.
     print(f"relay tool server listening on {server.url} (sandbox={cfg.sandbox}, slots={server.slots})", flush=True)
+    if server.secret is None:
+        print(f"relay tool server: no {SECRET_ENV}: clients are told apart by address only", flush=True)
 
     def _interrupt(signum, frame):
         raise KeyboardInterrupt

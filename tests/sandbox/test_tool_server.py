@@ -18,9 +18,12 @@ import tracemalloc
 import pytest
 
 from relay.config import SandboxConfig, ToolServerConfig
-from relay.tools.http_handler import CLIENT_HEADER
+from relay.tools.client_auth import sign
+from relay.tools.http_handler import CLIENT_HEADER, SIGNATURE_HEADER
 from relay.tools.sandbox import SandboxResult
 from relay.tools.server import ToolServer
+
+SECRET = b"a test secret, 16+ characters"
 
 
 class Runner:
@@ -45,7 +48,7 @@ def serve():
 
     def make(**kw) -> tuple[ToolServer, Runner]:
         runner = Runner()
-        server = ToolServer(ToolServerConfig(port=0, **kw), runner=runner).start()
+        server = ToolServer(ToolServerConfig(port=0, **kw), runner=runner, secret=SECRET).start()
         servers.append((server, runner))
         return server, runner
 
@@ -71,15 +74,20 @@ def raw(server: ToolServer, data: bytes, hold_open: bool = False, timeout: float
 
 def post(server: ToolServer, body: bytes, client: str | None = None, length: int | None = None) -> bytes:
     headers = f"Content-Length: {len(body) if length is None else length}\r\n"
-    if client:
-        headers += f"{CLIENT_HEADER}: {client}\r\n"
+    if client:  # signed: each id is a client of its own (relay/tools/client_auth.py)
+        headers += f"{CLIENT_HEADER}: {client}\r\n{SIGNATURE_HEADER}: {sign(SECRET, client)}\r\n"
     return f"POST /execute HTTP/1.0\r\n{headers}\r\n".encode() + body
 
 
 def call(server: ToolServer, code: str, client: str) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        conn.request("POST", "/execute", json.dumps({"code": code}), {CLIENT_HEADER: client})
+        conn.request(
+            "POST",
+            "/execute",
+            json.dumps({"code": code}),
+            {CLIENT_HEADER: client, SIGNATURE_HEADER: sign(SECRET, client)},
+        )
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read())
     finally:
