@@ -48,3 +48,19 @@ class Episode:
     @property
     def room(self) -> int:
         return self.max_total_tokens - len(self.response_ids)
+
+
+def capped_calls(calls: list[ToolCall], errors: list[str], cap: int) -> tuple[list[ToolCall], list[str]]:
+    """A turn's first `cap` calls (tools.max_calls_per_turn) and its parse errors, plus one error for
+    the calls past the cap, which never run: a turn of 4,000 calls costs `cap` tool runs."""
+    if len(calls) <= cap:
+        return calls, errors
+    return calls[:cap], [*errors, f"{len(calls) - cap} tool calls past the limit of {cap} per turn were not run"]
+
+
+def round_robin(counts: list[int]) -> list[tuple[int, int]]:
+    """(episode, call) pairs for episodes with counts[i] calls each: every episode's first call, then
+    every second one, and so on. The runners (executor threads, the tool client's requests) take
+    calls in this order, so one episode's many or slow calls wait behind the other episodes' first
+    calls rather than ahead of all of them."""
+    return [(i, j) for j in range(max(counts, default=0)) for i, n in enumerate(counts) if j < n]

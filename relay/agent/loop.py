@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from relay.agent.episode import Episode as _Episode
+from relay.agent.episode import capped_calls, round_robin
 from relay.agent.metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
 from relay.config import Config
 from relay.engines.base import Completion, Engine, SamplingParams
@@ -58,9 +59,10 @@ class AgentLimits:
     max_tool_turns: int = 3  # model turns that may call tools
     max_tokens_per_turn: int = 64
     max_total_tokens: int = 512  # response tokens: model and observation tokens together
+    max_calls_per_turn: int = 16  # tool calls run per turn; the rest are one error the model reads
 
     def __post_init__(self):
-        if self.max_turns < 1 or self.max_tool_turns < 0 or self.max_tokens_per_turn < 1:
+        if self.max_turns < 1 or self.max_tool_turns < 0 or self.max_tokens_per_turn < 1 or self.max_calls_per_turn < 1:
             raise ValueError(f"invalid agent limits: {self}")
         if self.max_total_tokens < self.max_tokens_per_turn:
             raise ValueError(
@@ -77,6 +79,7 @@ class AgentLimits:
             max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
             max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens,
             max_total_tokens=r.max_total_tokens,
+            max_calls_per_turn=tl.max_calls_per_turn,
         )
 
 
@@ -253,7 +256,7 @@ class AgentLoop:
                 e.finish = FinishReason.MAX_TURNS  # no turn left to read the results with: do not run them
             else:
                 e.tool_turns += 1
-                e.calls, e.parse_errors = parsed.calls, parsed.errors
+                e.calls, e.parse_errors = capped_calls(parsed.calls, parsed.errors, self.limits.max_calls_per_turn)
         elif self.env_step is not None:
             e.action = text
         else:
@@ -279,15 +282,15 @@ class AgentLoop:
             )
 
     def _tools(self, episodes: list[_Episode]) -> None:
-        calls = [c for e in episodes for c in e.calls]
-        results = self.run_tools(calls) if calls else []
-        if len(results) != len(calls):
-            raise RuntimeError(f"run_tools returned {len(results)} results for {len(calls)} calls")
-        it = iter(results)
-        for e in episodes:
+        order = round_robin([len(e.calls) for e in episodes])  # (episode, call) pairs, fairly interleaved
+        results = self.run_tools([episodes[i].calls[j] for i, j in order]) if order else []
+        if len(results) != len(order):
+            raise RuntimeError(f"run_tools returned {len(results)} results for {len(order)} calls")
+        result_of = dict(zip(order, results))
+        for i, e in enumerate(episodes):
             texts: list[tuple[ToolCall, str]] = []
-            for call in e.calls:
-                res = next(it)
+            for j, call in enumerate(e.calls):
+                res = result_of[i, j]
                 e.tool_calls.append(
                     {
                         "name": call.name,

@@ -164,6 +164,7 @@ class ToolsConfig:
     functions: tuple[str, ...] = ()  # extra tools: dotted paths of typed Python functions
     schemas_in_prompt: bool = True  # pass the tool schemas to the chat template (tools=...)
     max_tool_turns: int = 3  # model turns that may call tools, per episode
+    max_calls_per_turn: int = 16  # tool calls run per model turn; the rest are one error the model reads
     max_retries: int = 3  # tool server only: retries where the server never answered
     retry_delay: float = 1.0  # tool server only: seconds before the first retry; doubles each time
     timeout: float = 30.0  # tool server only: seconds per call, retries included

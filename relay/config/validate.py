@@ -243,6 +243,8 @@ def validate_tools(cfg: Config) -> list[str]:
         p.append(f"tools.sandbox: {tl.sandbox!r} is not one of {list(get_args(SandboxMode))}")
     if tl.max_tool_turns < 0:
         p.append(f"tools.max_tool_turns: must be >= 0, got {tl.max_tool_turns}")
+    if tl.max_calls_per_turn < 1:
+        p.append(f"tools.max_calls_per_turn: must be >= 1, got {tl.max_calls_per_turn}")
     p += validate_tool_client(tl)
     p += validate_sandbox_limits(tl.sandbox_limits, "tools.sandbox_limits.")
     for i, dotted in enumerate(tl.functions):
