@@ -134,7 +134,7 @@ def plot(rows: list[dict], variant: str, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--configs", nargs="+", default=["configs/smol_arith.yaml"])
+    ap.add_argument("--configs", "--config", nargs="+", default=["configs/smol_arith.yaml"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--sft-only-steps", type=int, nargs="*", default=[], help="SFT-only step counts (configs with sft.*)")
     ap.add_argument("--variants", nargs="+", default=["full"], choices=list(VARIANTS))

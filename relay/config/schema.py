@@ -75,6 +75,7 @@ class TaskConfig:
     ops: str = "+-*"  # chat_arithmetic (relay/envs/chat_arithmetic.py): operations, operands in [min, max]
     operand_min: int = 2
     operand_max: int = 20
+    worked_example: bool = False  # tool_chain: one whole two-call episode in the system prompt
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 

@@ -41,6 +41,10 @@ def validate_task(task: TaskConfig) -> list[str]:
             task.num_eval_rows < space,
             f"task.num_eval_rows: {task.num_eval_rows} held-out problems leave none to train on ({space} in all)",
         )
+    need(
+        not task.worked_example or task.name == "tool_chain",
+        f"task.worked_example: only the tool_chain task has one, not {task.name!r}",
+    )
     for key in ("train_file", "eval_file"):
         f = getattr(task, key)
         need(f is None or Path(f).exists(), f"task.{key}: file not found: {f}")

@@ -32,27 +32,40 @@ SYSTEM = (
     "Then answer with the number only."
 )
 QUESTION = "Let x be the number stored under key {key}. What is x * {b}?"
+# task.worked_example: one whole episode in the system prompt, for a run with no demonstrations
+EXAMPLE_KEY, EXAMPLE_B = "AB1", 12
+WORKED_EXAMPLE = (
+    f"\nExample:\nuser: {QUESTION.format(key=EXAMPLE_KEY, b=EXAMPLE_B)}\n"
+    f"assistant: {tool_call('lookup', {'key': EXAMPLE_KEY})}\ntool: {value(EXAMPLE_KEY)}\n"
+    f"assistant: {tool_call('python', {'code': f'print({value(EXAMPLE_KEY)} * {EXAMPLE_B})'})}\n"
+    f"tool: {value(EXAMPLE_KEY) * EXAMPLE_B}\nassistant: {value(EXAMPLE_KEY) * EXAMPLE_B}"
+)
 
 
-def as_row(key: str, b: int) -> dict[str, Any]:
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION.format(key=key, b=b)}]
+def as_row(key: str, b: int, worked_example: bool = False) -> dict[str, Any]:
+    system = SYSTEM + (WORKED_EXAMPLE if worked_example else "")
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": QUESTION.format(key=key, b=b)}]
     return {"messages": messages, "ground_truth": str(value(key) * b), "key": key, "b": b}
 
 
-def make_rows(num_train: int, num_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
+def make_rows(num_train: int, num_eval: int, seed: int, worked_example: bool = False) -> tuple[list[dict], list[dict]]:
     """(training rows, held-out rows): num_eval distinct held-out problems drawn first with the
-    run's seed, then training problems whose keys are none of the held-out ones."""
+    run's seed, then training problems whose keys are none of the held-out ones. worked_example:
+    the system prompt ends with one whole two-call episode."""
     rng = random.Random(seed)
+    shown = {EXAMPLE_KEY} if worked_example else set()  # the example's key is asked by no row
     held_out: dict[tuple[str, int], None] = {}
     while len(held_out) < num_eval:
-        held_out[(random_key(rng), rng.randint(11, 99))] = None
-    held_out_keys = {key for key, _ in held_out}
+        key, b = random_key(rng), rng.randint(11, 99)
+        if key not in shown:
+            held_out[(key, b)] = None
+    held_out_keys = {key for key, _ in held_out} | shown
     train = []
     while len(train) < num_train:
         key, b = random_key(rng), rng.randint(11, 99)
         if key not in held_out_keys:
             train.append((key, b))
-    return [as_row(*p) for p in train], [as_row(*p) for p in held_out]
+    return [as_row(*p, worked_example) for p in train], [as_row(*p, worked_example) for p in held_out]
 
 
 def demonstrations(rows: list[dict]) -> list[dict]:

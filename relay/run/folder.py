@@ -103,7 +103,9 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
             t.num_train_rows, t.num_eval_rows, cfg.run.seed, ops, t.operand_min, t.operand_max
         )
     if t.name in TOOL_TASKS:  # held-out problems are never among the training rows
-        return checked_split(*TOOL_TASKS[t.name].make_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed), "task.name")
+        example = {"worked_example": True} if t.worked_example else {}
+        rows = TOOL_TASKS[t.name].make_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed, **example)
+        return checked_split(*rows, "task.name")
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each
         env = resolve_dotted(t.env)
         make = env.make_rows if hasattr(env, "make_rows") else seed_rows

@@ -80,6 +80,17 @@ def test_chain_demonstrations_are_single_calls_and_the_chained_episode_is_the_on
         assert all(tool_call_problem(d["messages"], HERMES) is None for d in (lookup_demo, compute_demo))
 
 
+def test_the_worked_example_is_one_whole_two_call_episode_whose_key_no_row_asks():
+    train, held_out = tool_chain.make_rows(2000, 128, seed=0, worked_example=True)
+    system = train[0]["messages"][0]["content"]
+    assert system.startswith(tool_chain.SYSTEM) and system.count("<tool_call>") == 3  # the format, then two calls
+    assert system.endswith(f"assistant: {keyed_values.value('AB1') * 12}")
+    assert "AB1" not in {r["key"] for r in train + held_out} and overlap(train, held_out) is None
+    assert tool_chain.make_rows(50, 128, seed=0)[1][0]["messages"][0]["content"] == tool_chain.SYSTEM
+    with pytest.raises(ConfigError, match="task.worked_example: only the tool_chain task has one, not 'tool_retry'"):
+        load_config(None, ["task.name=tool_retry", "task.worked_example=true", "tools.enabled=true", "tools.functions=[relay.envs.keyed_values:lookup]"])
+
+
 def test_retry_questions_are_half_sloppy_and_demonstrations_show_only_well_written_keys():
     train, held_out = tool_retry.make_rows(400, 128, seed=0)
     for rows in (train, held_out):
