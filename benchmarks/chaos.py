@@ -19,7 +19,7 @@ queued on the workers while the learner trains, a hung worker is found by the pr
 per-worker deadline, and duplicated samples also counts a group trained at two steps. Rewards
 depend on timing in async mode, so `same rewards` is not printed.
 
-`--matrix` runs the fault matrix instead (relay_trainer/fault_matrix.py): one short run per cell
+`--matrix` runs the fault matrix instead (benchmarks/fault_matrix.py): one short run per cell
 (fault point x kind x training.mode x layout x weight transport, filtered by the options), all
 seeded `--seed`, one line per cell, then the passed counts by mode and layout.
 
@@ -174,7 +174,7 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
 
 
 def matrix(args) -> None:
-    from relay_trainer.fault_matrix import all_cells, run_cells
+    from benchmarks.fault_matrix import all_cells, run_cells
 
     chosen = dict(point=args.points, kind=args.kinds, mode=args.modes, layout=args.layouts)
     cells = [c for c in all_cells() if all(not v or getattr(c, k) in v for k, v in chosen.items())]

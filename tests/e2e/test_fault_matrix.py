@@ -1,4 +1,4 @@
-"""The fault matrix (relay_trainer/fault_matrix.py): a short run of the tiny model per cell, one fault
+"""The fault matrix (benchmarks/fault_matrix.py): a short run of the tiny model per cell, one fault
 placed at a named point in step 2. A cell passes when the run completes every step, loses none,
 trains no sample twice, trains every prompt group of every step, takes the fault in place unless
 its point stops the run by design (then auto_resume goes on), and in sync mode matches the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay_trainer.fault_matrix import Cell, all_cells, judged_cell
+from benchmarks.fault_matrix import Cell, all_cells, judged_cell
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
