@@ -72,9 +72,9 @@ def demonstrations(rows: list[dict]) -> list[dict]:
     """Single-call conversations from `rows`: each row's lookup half, then its compute half."""
     out = []
     for row in rows:
-        x = str(value(row["key"]))
+        system, x = row["messages"][0]["content"], str(value(row["key"]))  # the row's own system prompt
         lookup_call = tool_call("lookup", {"key": row["key"]})
-        out.append(one_call_episode(SYSTEM, f"What is the number stored under key {row['key']}?", lookup_call, x))
+        out.append(one_call_episode(system, f"What is the number stored under key {row['key']}?", lookup_call, x))
         expr = f"{x} * {row['b']}"
-        out.append(one_call_episode(SYSTEM, f"What is {expr}?", tool_call("python", {"code": f"print({expr})"}), row["ground_truth"]))
+        out.append(one_call_episode(system, f"What is {expr}?", tool_call("python", {"code": f"print({expr})"}), row["ground_truth"]))
     return out
