@@ -10,6 +10,7 @@ call runs both, and the later phases hand back what it returned.
 
 from __future__ import annotations
 
+import statistics
 from typing import Protocol
 
 import ray
@@ -26,6 +27,7 @@ from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
 from relay.envs.data import PromptIterator
+from relay.envs.reasoning_gym import by_dataset
 from relay.envs.scoring import trainable
 from relay.failures import ActorLost, step_failures
 from relay.run import metric_keys as keys
@@ -53,8 +55,10 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
 
 def count_failures(samples: list[Sample]) -> dict[str, float]:
     """The rollout workers return their samples scored (the reward function in-process, or on the
-    EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures."""
-    return {"reward/errors": float(sum(s.reward_error is not None for s in samples)), **step_failures(samples)}
+    EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures; in a mix of
+    datasets (task.datasets), the mean reward of each (reward/<dataset>)."""
+    errors = float(sum(s.reward_error is not None for s in samples))
+    return {"reward/errors": errors, **step_failures(samples), **by_dataset(samples, "reward/{}", statistics.fmean)}
 
 
 def score(cfg: Config, actors, samples: list[Sample]) -> dict[str, float]:
@@ -72,6 +76,8 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
     metrics = eval_metrics(cfg.task, [s.reward for s in samples])
+    solved = lambda rewards: eval_metrics(cfg.task, rewards)["eval/accuracy"]  # noqa: E731
+    metrics.update(by_dataset(samples, "eval/{}/accuracy", solved))  # a mix of datasets: each one's
     # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
     # the endpoint read from the replies, which the program ran)
     if cfg.tools.enabled or cfg.task.agent:

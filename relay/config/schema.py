@@ -18,6 +18,7 @@ from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName
 from relay.config.health import HealthConfig
 from relay.config.model import ModelConfig
+from relay.config.reasoning_gym import ReasoningGymFields
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
 from relay.config.tool_tasks import TOOL_TASK_TOOLS
@@ -49,9 +50,9 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class TaskConfig:
-    # built-in (arithmetic, chat_arithmetic, or a tool task: chat_tool, tool_chain, tool_retry), or
-    # "custom" with train_file or env
+class TaskConfig(ReasoningGymFields):  # + dataset, dataset_args, datasets (relay/config/reasoning_gym.py)
+    # built-in (arithmetic, chat_arithmetic, a tool task: chat_tool, tool_chain, tool_retry, or
+    # reasoning_gym), or "custom" with train_file or env
     name: str = "arithmetic"
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None
@@ -87,6 +88,8 @@ class TaskConfig:
             return "relay.envs.base:episode_return"
         if self.agent:
             return "relay.endpoint.samples:agent_reward"
+        if self.name == "reasoning_gym":  # the dataset's own score_answer
+            return "relay.envs.reasoning_gym:reasoning_gym_reward"
         if self.name in ("chat_arithmetic", *TOOL_TASK_TOOLS):  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"

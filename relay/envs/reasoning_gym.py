@@ -1,0 +1,124 @@
+"""task.name=reasoning_gym: rows from reasoning-gym's procedural generators, scored by the
+package's own verifier (`pip install 'relay[tasks]'`; settings in relay/config/reasoning_gym.py).
+
+Rows. A dataset's rows come from `reasoning_gym.create_dataset(name, size=n, seed=s, **args)`;
+its generators draw row i from `Random(s + i)`, so n rows use the seed range [s, s + n). With
+N = task.num_train_rows + task.num_eval_rows and base = run.seed * N, training rows use
+[base, base + n_train) and held-out rows the next range, [base + n_train, base + N), which
+training never uses. A small question space can still repeat a question under another seed, so
+a training row asking a held-out question is dropped: held-out accuracy measures questions never
+trained on. A mix splits both counts by weight (largest remainders).
+
+Prompt. Each row is chat messages, rendered with the model's chat template: a system message
+(task.system_prompt, else INSTRUCTION) and the dataset's question as the user's message.
+
+Answer and reward. The answer is the text of the last `<answer>...</answer>` block of the
+model's final turn, stripped; with no such block, the final non-empty line. The reward is the
+dataset's own `score_answer(answer, entry)`: 1.0 when right, some datasets give partial credit
+(held-out accuracy counts rewards >= task.success_threshold, 1.0 by default).
+
+Metrics. In a mix, each step's mean reward per dataset is `reward/<dataset>`, and held-out
+accuracy per dataset `eval/<dataset>/accuracy`, beside the overall ones.
+
+Nothing is downloaded: every generator runs from the installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from relay.config import ConfigError
+from relay.config.reasoning_gym import mix
+from relay.envs.tool_tasks import question
+
+INSTRUCTION = (
+    "Answer the question. Put only the final answer between <answer> and </answer> tags, "
+    "for example <answer>42</answer>."
+)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def shares(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """`total` split by weight: floors, then the largest remainders get one more each."""
+    whole = sum(weights.values())
+    exact = {name: total * w / whole for name, w in weights.items()}
+    out = {name: int(x) for name, x in exact.items()}
+    for name in sorted(exact, key=lambda n: out[n] - exact[n])[: total - sum(out.values())]:
+        out[name] += 1
+    return out
+
+
+def make_rows(task, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of the task's dataset or mix; no held-out question is a training one."""
+    datasets = mix(task)
+    weights = {name: w for name, (w, _) in datasets.items()}
+    n_train, n_eval = shares(task.num_train_rows, weights), shares(task.num_eval_rows, weights)
+    base = seed * (task.num_train_rows + task.num_eval_rows)
+    system = task.system_prompt or INSTRUCTION
+    train, held_out = [], []
+    for name, (_, args) in datasets.items():
+        eval_rows = generate(name, args, n_eval[name], base + n_train[name], system)
+        asked = {question(r) for r in eval_rows}
+        train_rows = [r for r in generate(name, args, n_train[name], base, system) if question(r) not in asked]
+        if n_train[name] and not train_rows:
+            key = "task.dataset" if task.dataset is not None else f"task.datasets.{name}"
+            raise ConfigError([f"{key}: every training question of {name} is also a held-out one"])
+        train += train_rows
+        held_out += eval_rows
+    return train, held_out
+
+
+def generate(name: str, args: dict[str, Any], size: int, first_seed: int, system: str) -> list[dict]:
+    """`size` rows of one dataset, from the seed range [first_seed, first_seed + size)."""
+    import reasoning_gym
+
+    if size == 0:  # the package refuses size 0
+        return []
+    made = reasoning_gym.create_dataset(name, size=size, seed=first_seed, **args)
+    return [as_row(name, args, entry, system) for entry in made]
+
+
+def as_row(name: str, args: dict[str, Any], entry: dict[str, Any], system: str) -> dict[str, Any]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": entry["question"]}]
+    return {"messages": messages, "ground_truth": {"dataset": name, "args": args, "entry": entry}}
+
+
+def extract_answer(text: str) -> str:
+    """The last <answer>...</answer> block's text, stripped; else the final non-empty line."""
+    if blocks := _ANSWER.findall(text):
+        return blocks[-1].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@lru_cache(maxsize=64)
+def _scorer(name: str, args_json: str):
+    import reasoning_gym
+
+    return reasoning_gym.create_dataset(name, size=1, seed=0, **json.loads(args_json)).score_answer
+
+
+def reasoning_gym_reward(sample, env=None) -> float:
+    """The dataset's own score_answer of the extracted answer (the generator's arguments as the row's)."""
+    truth = sample.ground_truth
+    score = _scorer(truth["dataset"], json.dumps(truth["args"], sort_keys=True))
+    return float(score(extract_answer(sample.final_text), truth["entry"]))
+
+
+def dataset_of(sample) -> str | None:
+    truth = sample.ground_truth
+    return truth.get("dataset") if isinstance(truth, dict) else None
+
+
+def by_dataset(samples, key: str, value: Callable[[list[float]], float]) -> dict[str, float]:
+    """{key.format(dataset): value(its samples' rewards)} when the samples come from a mix of
+    datasets (two or more); else nothing."""
+    rewards: dict[str, list[float]] = {}
+    for s in samples:
+        if (name := dataset_of(s)) is not None:
+            rewards.setdefault(name, []).append(s.reward)
+    return {key.format(name): value(r) for name, r in sorted(rewards.items())} if len(rewards) > 1 else {}
