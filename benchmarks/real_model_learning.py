@@ -79,10 +79,12 @@ def run_task(config: str, args, extra: list[str]) -> list[dict]:
             row["runs"][variant] = r
             metric = "accuracy" if "accuracy_after" in r else "success_rate"
             stats = "; ".join(f"{k.replace('_', ' ')} {describe(r, k)}" for k in EPISODE_STATS if f"{k}_after" in r)
+            start = r.get(f"{metric}_after_sft", r[f"{metric}_before"])  # RL's own share
             print(
                 f"{task_of(config)} seed {seed} {variant}: held-out {metric} {describe(r, metric)}"
-                f" ({r[f'{metric}_after'] - r[f'{metric}_before']:+.3f}){'; ' + stats if stats else ''}; "
-                f"training reward {r['reward_start']:.3f} -> {r['reward_end']:.3f}; {r.get('wall_s', float('nan')):.0f} s",
+                f" ({r[f'{metric}_after'] - start:+.3f} in RL){'; ' + stats if stats else ''}; "
+                f"training reward {r['reward_start']:.3f} -> {r['reward_end']:.3f}; "
+                f"{r.get('wall_s', r.get('seconds_after', float('nan'))):.0f} s",
                 flush=True,
             )
         rows.append(row)
