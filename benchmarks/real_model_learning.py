@@ -13,7 +13,8 @@ was measured at) is read back.
 - Tool tasks also report tool calls, turns and tool errors per held-out episode.
 
 `--plot FILE.png` draws held-out accuracy against wall-clock minutes, SFT only and SFT+RL, one
-panel per task. `--reuse` reads runs already in --out instead of running them again.
+panel per task. `--reuse` reads the runs already in --out (named <config>-<variant>-s<seed> and
+<config>-sft<steps>-s<seed>) and runs nothing.
 Numbers, never assertions.
 
     python benchmarks/real_model_learning.py [--configs configs/smol_tool_chain.yaml ...] [--seeds 0 1 2]
@@ -39,11 +40,12 @@ VARIANTS = {
 EPISODE_STATS = ("tool_calls_per_episode", "turns_per_episode", "tool_errors_per_episode")
 
 
-def one_run(config: str, seed: int, overrides: list[str], out: Path, name: str, reuse: bool) -> dict:
-    """The run's summary (held-out metrics before, after SFT, after RL, and when each was taken)."""
+def one_run(config: str, seed: int, overrides: list[str], out: Path, name: str, reuse: bool) -> dict | None:
+    """The run's summary (held-out metrics before, after SFT, after RL, and when each was taken);
+    with `reuse`, the one already in `out`, or None where there is none."""
     summary = out / name / "summary.json"
-    if reuse and summary.exists():
-        return json.loads(summary.read_text())
+    if reuse:
+        return json.loads(summary.read_text()) if summary.exists() else None
     cmd = [sys.executable, "driver.py", "--config", config, f"run.seed={seed}", f"run.name={name}"]
     cmd += [f"run.output_dir={out}", "checkpoint.save_hf_model=false", *overrides]
     start = time.perf_counter()
@@ -71,11 +73,15 @@ def run_task(config: str, args, extra: list[str]) -> list[dict]:
         for steps in args.sft_only_steps:
             name = f"{task_of(config)}-sft{steps}-s{seed}"
             r = one_run(config, seed, [f"sft.steps={steps}", "training.steps=0", *extra], args.out, name, args.reuse)
+            if r is None:
+                continue
             row["sft_only"][steps] = r
             print(f"{task_of(config)} seed {seed}: SFT only, {steps} steps: held-out {describe(r, 'accuracy')}", flush=True)
         for variant in args.variants:
             name = f"{task_of(config)}-{variant}-s{seed}"
             r = one_run(config, seed, [*VARIANTS[variant], *extra], args.out, name, args.reuse)
+            if r is None:
+                continue
             row["runs"][variant] = r
             metric = "accuracy" if "accuracy_after" in r else "success_rate"
             stats = "; ".join(f"{k.replace('_', ' ')} {describe(r, k)}" for k in EPISODE_STATS if f"{k}_after" in r)
@@ -142,7 +148,7 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["full"], choices=list(VARIANTS))
     ap.add_argument("--model", help="model.path override (a folder, a .gguf, or a short name)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "real-model-learning")
-    ap.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in --out; run nothing")
     ap.add_argument("--plot", type=Path, help="write held-out accuracy against wall-clock time here (.png)")
     ap.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     args = ap.parse_args()
