@@ -96,7 +96,8 @@ def test_a_spoofed_id_does_not_take_the_real_clients_places(serve):
     for t in [*spoofed, *real]:
         t.join()
     assert sorted(status for status, _ in out) == [200] * 5
-    assert runner.ran[:2] == ["block-spoof0", "real0"], runner.ran
+    # which of a client's own concurrent calls came first is the threads' race; whose call runs next is not
+    assert runner.ran[0].startswith("block-spoof") and runner.ran[1].startswith("real"), runner.ran
     h = server.health()
     assert h["client_ids"] == "signed" and h["requests_by_id"] == 2 and h["requests_by_peer"] == 5
 

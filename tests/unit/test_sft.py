@@ -91,7 +91,7 @@ def test_config_checks_name_the_key(tmp_path):
         load_config(None, ["sft.steps=2", "sft.data=nowhere.jsonl"])
     with pytest.raises(ConfigError, match="sft.data: 'task' needs a task that writes demonstrations"):
         load_config(None, ["sft.steps=2"])  # the built-in arithmetic task writes none
-    assert load_config(None, ["task.name=chat_tool", "sft.steps=2"]).sft.steps == 2
+    assert load_config(None, ["task.name=chat_tool", "tools.enabled=true", "sft.steps=2"]).sft.steps == 2
 
 
 def test_the_nll_step_lowers_the_loss_on_its_batch(tok, tiny_model_path):
