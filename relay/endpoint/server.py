@@ -301,12 +301,16 @@ class EndpointServer:
     async def _generate(self, prompt: list[int], sampling: SamplingParams, in_episode: bool):
         return await asyncio.wrap_future(self.queue.submit(prompt, sampling, in_episode))
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, read_prompt, write_reply) -> web.Response:
+        """One request: its prompt read and its reply written off the event loop, the generation queued."""
         record = self._episode(request)
         body = await self._body(request)
-        turn = await self._off_loop(self._chat_prompt, body, record)
+        turn = await self._off_loop(read_prompt, body, record)
         completions, version = await self._generate(turn[-2], turn[-1], record is not None)
-        return await self._off_loop(self._chat_reply, turn, record, completions, version)
+        return await self._off_loop(write_reply, turn, record, completions, version)
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._chat_prompt, self._chat_reply)
 
     def _chat_prompt(self, body: bytes, record: EpisodeRecord | None) -> tuple:
         req = parse_request(ChatRequest, parse_json(body))
@@ -351,11 +355,7 @@ class EndpointServer:
         )
 
     async def _completions(self, request: web.Request) -> web.Response:
-        record = self._episode(request)
-        body = await self._body(request)
-        turn = await self._off_loop(self._completion_prompt, body, record)
-        completions, version = await self._generate(turn[-2], turn[-1], record is not None)
-        return await self._off_loop(self._completion_reply, turn, record, completions, version)
+        return await self._answer(request, self._completion_prompt, self._completion_reply)
 
     def _completion_prompt(self, body: bytes, record: EpisodeRecord | None) -> tuple:
         req = parse_request(CompletionRequest, parse_json(body))
