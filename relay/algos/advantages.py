@@ -4,6 +4,7 @@ The estimators themselves are relay/algos/estimators/ (that package's docstring:
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -18,13 +19,23 @@ def compute_advantages(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]
     module = ESTIMATORS.module(name)
     names = ESTIMATORS.hyperparameter_names()
     hyperparameters = ESTIMATORS.from_keywords(name, {k: v for k, v in kwargs.items() if k in names})
-    return module.advantages(hyperparameters, **{k: v for k, v in kwargs.items() if k not in names})
+    return module.advantages(hyperparameters, **taken(module, {k: v for k, v in kwargs.items() if k not in names}))
 
 
 def estimate_advantages(algorithm: Any, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
     """The configured estimator (algorithm.estimator, its hyperparameters bound from the algorithm
     config section: relay/algos/registry.py) on `inputs` -> (advantages [B,R], returns [B,R])."""
-    return ESTIMATORS.module(algorithm.estimator).advantages(ESTIMATORS.bind(algorithm), **inputs)
+    module = ESTIMATORS.module(algorithm.estimator)
+    return module.advantages(ESTIMATORS.bind(algorithm), **taken(module, inputs))
+
+
+def taken(module: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs an estimator's `advantages` names: a batch offers every input (the response
+    tokens among them), and each estimator takes the ones its math reads."""
+    params = inspect.signature(module.advantages).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return inputs
+    return {k: v for k, v in inputs.items() if k in params}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -74,5 +74,6 @@ def prepare_batch(
         group_ids=batch.group_ids,
         token_rewards=batch.token_rewards,
         values=batch.values,
+        responses=batch.responses,
     )
     return batch, metrics

@@ -150,6 +150,7 @@ def test_empty_rows_and_singletons_give_zeros_not_nan(name):
         group_ids=torch.tensor([0, 1, 1]),
         values=torch.zeros(3, 3),
         token_rewards=torch.zeros(3, 3),
+        responses=torch.zeros(3, 3, dtype=torch.long),
     )
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
@@ -158,6 +159,31 @@ def test_empty_rows_and_singletons_give_zeros_not_nan(name):
             name, rewards=torch.tensor([3.0]), loss_mask=torch.ones(1, 2), group_ids=torch.tensor([4])
         )
         close(single, [[0.0, 0.0]], 0)
+
+
+def test_gigpo_by_hand():
+    # One group of three two-turn episodes: rows 0 and 1 made the same first call (token 5) and
+    # read the same tool output (token 9), then row 0 called again right (reward 1) and row 1 did
+    # not (0); row 2 made another first call (6) and failed. Layout: call, output, second call.
+    mask = torch.tensor([[1.0, 0, 1], [1, 0, 1], [1, 0, 1]])
+    responses = torch.tensor([[5, 9, 7], [5, 9, 8], [6, 9, 8]])
+    rewards = torch.tensor([1.0, 0.0, 0.0])
+    adv, ret = compute_advantages(
+        "gigpo", rewards=rewards, loss_mask=mask, group_ids=torch.zeros(3), responses=responses
+    )
+    episode = (rewards - 1 / 3) / math.sqrt(1 / 3)  # grpo over the group
+    step = 0.5 / math.sqrt(0.5)  # rows 0 and 1 share the state before turn 2: (1 - 0.5) / std(1, 0)
+    # turn 1: every row shares the prompt, so its step term is the episode term again
+    close(adv[:, 0], 2 * episode)
+    close(adv[:, 1], [0.0, 0.0, 0.0])
+    close(adv[:, 2], [episode[0] + step, episode[1] - step, episode[2]])  # row 2's state is its own
+    close(ret, rewards[:, None] * mask)
+    half, _ = compute_advantages(
+        "gigpo", rewards=rewards, loss_mask=mask, group_ids=torch.zeros(3), responses=responses, step_weight=0.5
+    )
+    close(half[:, 2], [episode[0] + step / 2, episode[1] - step / 2, episode[2]])
+    with pytest.raises(ValueError, match="response tokens"):
+        compute_advantages("gigpo", rewards=rewards, loss_mask=mask, group_ids=torch.zeros(3))
 
 
 def test_unknown_estimator_names_choices():

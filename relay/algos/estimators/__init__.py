@@ -6,11 +6,12 @@
     TRAITS            EstimatorTraits: whether it needs the critic's values, adds token rewards
                       itself, needs groups of samples per prompt
     advantages(hyperparameters, *, rewards [B], loss_mask [B,R], group_ids [B],
-               token_rewards [B,R] | None, values [B,R] | None, baseline [B] | None)
+               token_rewards [B,R] | None, values [B,R] | None, baseline [B] | None,
+               responses [B,R] | None)
         -> (advantages [B,R], returns [B,R])
-                      inputs it does not use are ignored; both outputs are 0 wherever
-                      loss_mask == 0. It imports torch inside, so the driver reads the rest
-                      without loading torch.
+                      it names the inputs its math reads (a caller passes only those);
+                      both outputs are 0 wherever loss_mask == 0. It imports torch inside,
+                      so the driver reads the rest without loading torch.
 
 `returns` is the reward-to-go of the real rewards at each model token, without baseline or
 normalization (GAE: advantages + values, the critic's target). Group estimators (grpo, dr_grpo,
