@@ -48,7 +48,8 @@ class HealthConfig:
     entropy_collapse: float = 0.3  # actor/entropy fell below this fraction of its recent level
     length_cap_frac: float = 0.9  # at least this share of the episodes was cut by the token cap
     length_collapse: float = 0.3  # the mean response length fell below this fraction of its recent level
-    repeat_share: float = 0.5  # the most common response text appears in at least this share of the groups
+    repeat_share: float = 0.5  # the most common response text appears in at least this share of the groups ...
+    repeat_min_groups: int = 3  # ... and in at least this many of them
     tool_rate_collapse: float = 0.25  # tool calls per episode fell below this fraction of their recent rate
     zero_adv_frac: float = 1.0  # at least this share of the groups has all-equal rewards ...
     zero_adv_steps: int = 3  # ... for this many steps in a row (a solved batch for one step is no alarm)
@@ -69,6 +70,8 @@ def validate_health(h: HealthConfig) -> list[str]:
         p.append(f"health.window: must be >= 1, got {h.window}")
     if h.eval_rows < 0:
         p.append(f"health.eval_rows: must be >= 0 (0: every held-out row), got {h.eval_rows}")
+    if h.repeat_min_groups < 1:
+        p.append(f"health.repeat_min_groups: must be >= 1, got {h.repeat_min_groups}")
     if h.zero_adv_steps < 1:
         p.append(f"health.zero_adv_steps: must be >= 1, got {h.zero_adv_steps}")
     fractions = ("reward_collapse", "entropy_collapse", "length_cap_frac", "length_collapse", "repeat_share")

@@ -23,6 +23,7 @@ TRACKED = (
     keys.REWARD_MEAN,
     keys.REWARD_STD,
     keys.EPISODES,
+    keys.GROUPS,
     keys.ENTROPY,
     keys.RESPONSE_LENGTH,
     keys.KL_MEAN,

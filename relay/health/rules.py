@@ -179,8 +179,16 @@ def length_blowup(v: View, c: HealthConfig) -> Check | None:
 
 
 def repeated_response(v: View, c: HealthConfig) -> Check | None:
-    what = "share of groups holding the most common response"
-    return _level(keys.TOP_RESPONSE_SHARE, c.repeat_share, "repeat_share", what)(v, c)
+    share, groups = v.get(keys.TOP_RESPONSE_SHARE), v.get(keys.GROUPS)
+    if share is None:
+        return None
+    # with few prompts a step, two of them agreeing on a short answer is chance, not a takeover
+    holding = round(share * groups) if groups else 0
+    detail = (
+        f"share of groups holding the most common response {share:.3g}, {holding} groups "
+        f"(health.repeat_share={c.repeat_share:g}, health.repeat_min_groups={c.repeat_min_groups})"
+    )
+    return Check(share, share >= c.repeat_share and holding >= c.repeat_min_groups, detail)
 
 
 def logprob_gap(v: View, c: HealthConfig) -> Check | None:

@@ -16,7 +16,7 @@ CUT = (FinishReason.LENGTH, FinishReason.BUDGET)  # the episode ran into a token
 
 
 def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float]:
-    """rollout/episodes, response/truncated_frac, response/top_share, groups/zero_adv_frac; with
+    """rollout/episodes, rollout/groups, response/truncated_frac, response/top_share, groups/zero_adv_frac; with
     `tools` (a tool task) tools/calls_per_episode; with reward-model scores rm/rule_correlation."""
     if not samples:
         return {}
@@ -29,6 +29,7 @@ def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float
     texts = Counter(text for g in groups.values() for text in {s.final_text.strip() for s in g})
     out = {
         keys.EPISODES: float(n),
+        keys.GROUPS: float(len(groups)),
         keys.TRUNCATED_FRAC: sum(s.finish_reason in CUT for s in samples) / n,
         keys.TOP_RESPONSE_SHARE: texts.most_common(1)[0][1] / len(groups),
         keys.ZERO_ADV_GROUPS: sum(len({s.reward for s in g}) == 1 for g in groups.values()) / len(groups),

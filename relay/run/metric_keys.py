@@ -68,6 +68,7 @@ RESPONSE_LENGTH = "response/length_mean"
 LOGPROB_GAP = "rollout/logprob_diff_mean"  # mean |engine - learner| logprob per response token
 EPISODES = "rollout/episodes"  # episodes the step trained on
 TRUNCATED_FRAC = "response/truncated_frac"  # episodes a token cap cut (finish length or budget)
+GROUPS = "rollout/groups"  # prompts (groups of samples) in the step
 TOP_RESPONSE_SHARE = "response/top_share"  # share of groups holding the batch's most common response text
 ZERO_ADV_GROUPS = "groups/zero_adv_frac"  # groups whose rewards are all equal (no group-relative signal)
 TOOL_CALLS_PER_EPISODE = "tools/calls_per_episode"  # tool tasks (tools.enabled) only

@@ -94,8 +94,13 @@ def test_length_blowup_alarms_only_after_a_healthy_step():
 
 
 def test_repeated_response_and_logprob_gap_are_levels():
-    outs, _, _ = run([{keys.TOP_RESPONSE_SHARE: 0.125}, {keys.TOP_RESPONSE_SHARE: 0.75}])
+    outs, _, _ = run(
+        [{keys.TOP_RESPONSE_SHARE: 0.125, keys.GROUPS: 8}, {keys.TOP_RESPONSE_SHARE: 0.75, keys.GROUPS: 8}]
+    )
     assert fired(outs, "repeated_response") == [2]
+    # 2 of 4 prompts sharing an answer is half the groups, but too few to call a takeover
+    outs, _, _ = run([{keys.TOP_RESPONSE_SHARE: 0.25, keys.GROUPS: 4}, {keys.TOP_RESPONSE_SHARE: 0.5, keys.GROUPS: 4}])
+    assert fired(outs, "repeated_response") == []
     outs, _, _ = run([{keys.LOGPROB_GAP: 1e-6}, {keys.LOGPROB_GAP: 0.2}])
     assert fired(outs, "logprob_gap") == [2]
 
@@ -225,6 +230,7 @@ def test_batch_signals():
     got = batch_signals(samples, tools=True)
     assert got == {
         keys.EPISODES: 8.0,
+        keys.GROUPS: 4.0,
         keys.TRUNCATED_FRAC: 2 / 8,
         keys.TOP_RESPONSE_SHARE: 2 / 4,  # "1" is in groups 0 and 1 of 4
         keys.ZERO_ADV_GROUPS: 2 / 4,
