@@ -164,5 +164,11 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             )
             recovery.run(save_hf, "final save")
     return summarize(
-        state["rewards"], state["eval_before"], eval_after, run_dir, state.get("eval_after_sft"), state.get("seconds")
+        state["rewards"],
+        state["eval_before"],
+        eval_after,
+        run_dir,
+        state.get("eval_after_sft"),
+        state.get("seconds"),
+        health.alarms,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from types import SimpleNamespace
 
@@ -129,6 +130,15 @@ def test_multi_turn_with_raw_prompts_fails_naming_the_key():
 def test_summary_without_an_evaluation_before_shows_nan(tmp_path):
     summary = summarize([0.1, 0.2, 0.5, 0.6], {}, {"eval/accuracy": 0.75}, tmp_path)
     assert math.isnan(summary["accuracy_before"]) and summary["accuracy_after"] == 0.75
+    assert summary["health_alarms"] == []
+
+
+def test_summary_names_the_health_alarms(tmp_path, capsys):
+    alarm = {"step": 2, "rule": "reward_collapse", "value": 0.0, "line": "relay: health: step 2: ..."}
+    summary = summarize([0.8, 0.0], {}, {"eval/accuracy": 0.0}, tmp_path, alarms=[alarm])
+    assert summary["health_alarms"] == [{"step": 2, "rule": "reward_collapse", "value": 0.0}]
+    assert json.loads((tmp_path / "summary.json").read_text())["health_alarms"] == summary["health_alarms"]
+    assert "health alarms: reward_collapse" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("eval_before", [True, False])
