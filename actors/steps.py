@@ -29,6 +29,7 @@ from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
 from relay.envs.data import PromptIterator
 from relay.envs.reasoning_gym import by_dataset
 from relay.envs.scoring import trainable
+from relay.envs.textarena import invalid_move_metrics
 from relay.failures import ActorLost, step_failures
 from relay.run import metric_keys as keys
 from relay.run.folder import PhaseTimer, eval_metrics, merge_rollout_metrics, split
@@ -53,19 +54,22 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     return [s for shard_samples, _ in results for s in shard_samples], merge_rollout_metrics([m for _, m in results])
 
 
-def count_failures(samples: list[Sample]) -> dict[str, float]:
+def count_failures(samples: list[Sample], games: bool = False) -> dict[str, float]:
     """The rollout workers return their samples scored (the reward function in-process, or on the
     EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures; in a mix of
-    datasets (task.datasets), the mean reward of each (reward/<dataset>)."""
+    datasets (task.datasets), the mean reward of each (reward/<dataset>); in games (task.name=textarena),
+    the invalid moves."""
     errors = float(sum(s.reward_error is not None for s in samples))
-    return {"reward/errors": errors, **step_failures(samples), **by_dataset(samples, "reward/{}", statistics.fmean)}
+    per_dataset = by_dataset(samples, "reward/{}", statistics.fmean)
+    moves = invalid_move_metrics(samples, "env/", games)
+    return {"reward/errors": errors, **step_failures(samples), **per_dataset, **moves}
 
 
 def score(cfg: Config, actors, samples: list[Sample]) -> dict[str, float]:
     """A rollout's samples, scored by the workers: reward-model scores into the rewards, failures
     counted (the rule's and the RM's alike); with DAPO's overlong buffer, the long ones punished."""
     metrics, a = score_with_reward_model(actors, samples), cfg.algorithm  # reward_model.*
-    metrics.update(count_failures(samples))
+    metrics.update(count_failures(samples, games=cfg.task.name == "textarena"))
     if a.overlong_buffer_len:  # DAPO soft overlong punishment
         punish_overlong(samples, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
     return metrics
@@ -78,6 +82,7 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     metrics = eval_metrics(cfg.task, [s.reward for s in samples])
     solved = lambda rewards: eval_metrics(cfg.task, rewards)["eval/accuracy"]  # noqa: E731
     metrics.update(by_dataset(samples, "eval/{}/accuracy", solved))  # a mix of datasets: each one's
+    metrics.update(invalid_move_metrics(samples, "eval/", cfg.task.name == "textarena"))
     # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
     # the endpoint read from the replies, which the program ran)
     if cfg.tools.enabled or cfg.task.agent:
@@ -282,7 +287,8 @@ class OneCall:
         timer.starts.update(
             {keys.phase_start("rollout"): called, keys.phase_start("update"): called + seconds[keys.ROLLOUT_S]}
         )
-        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples)}
+        games = self.cfg.task.name == "textarena"
+        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, games)}
 
     def advantage_inputs(self, samples, timer):
         return {}  # none: no reference or critic here, and the update found its own old logprobs

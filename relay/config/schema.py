@@ -21,6 +21,7 @@ from relay.config.model import ModelConfig
 from relay.config.reasoning_gym import ReasoningGymFields
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
+from relay.config.textarena import TextArenaFields
 from relay.config.tool_tasks import TOOL_TASK_TOOLS
 
 
@@ -50,9 +51,8 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class TaskConfig(ReasoningGymFields):  # + dataset, dataset_args, datasets (relay/config/reasoning_gym.py)
-    # built-in (arithmetic, chat_arithmetic, a tool task: chat_tool, tool_chain, tool_retry, or
-    # reasoning_gym), or "custom" with train_file or env
+class TaskConfig(ReasoningGymFields, TextArenaFields):  # + dataset(s), dataset_args; env_id, env_args
+    # built-in (arithmetic, chat_arithmetic, a tool task, reasoning_gym, textarena), or "custom" with train_file or env
     name: str = "arithmetic"
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None

@@ -8,10 +8,11 @@ from pathlib import Path
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.reasoning_gym import validate_reasoning_gym
 from relay.config.schema import TaskConfig, ToolsConfig
+from relay.config.textarena import validate_textarena
 from relay.config.tool_tasks import TOOL_TASK_TOOLS
 from relay.config.user_code import check_env_class, check_reward_fn
 
-BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS, "reasoning_gym")
+BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS, "reasoning_gym", "textarena")
 
 
 def validate_task(task: TaskConfig) -> list[str]:
@@ -50,6 +51,7 @@ def validate_task(task: TaskConfig) -> list[str]:
         f = getattr(task, key)
         need(f is None or Path(f).exists(), f"task.{key}: file not found: {f}")
     p += validate_reasoning_gym(task)
+    p += validate_textarena(task)
     need(1 <= task.digits <= 9, f"task.digits: must be in [1, 9], got {task.digits}")
     p += validate_user_code(task)
     need(

@@ -1,0 +1,129 @@
+"""task.name=textarena: a textarena game played as a relay environment (`pip install 'relay[tasks]'`;
+settings and checks in relay/config/textarena.py).
+
+    task: {name: textarena, env_id: GuessTheNumber-v0}
+    system: You are playing a text game. ...
+    user:   You are Player 0. You are playing Guess The Number. ... Enter your guess.
+    model:  [10]           -> "The target number is higher."
+    model:  [15]           -> game over, reward 1 (the game's outcome)
+
+The game. TextArenaEnv follows the BaseEnvironment contract (reset, step, get_state_description,
+get_prompt_prefix), so it runs in the EnvPool like a user's environment: multi-turn, each model turn
+is one move, token-in token-out. It builds the registered game's class with the registry's
+arguments and task.env_args; of textarena's wrappers only the action formatting of the id's default
+version is kept (a move without brackets is put in brackets): relay's chat keeps the history, so
+each observation is only what the game said since the last move (its prompt first, then its
+messages, boards and warnings), not the whole history again as textarena's observation wrappers do.
+
+Reward. The game's outcome, on the move that ends the game (the episode's return): 1 for a win;
+some games give partial credit (GuessTheNumber: how close the last guess was); losing by invalid
+moves gives what the game's rules say. Held-out accuracy counts wins (reward >= task.success_threshold,
+1.0 by default). An episode that relay's limits cut (rollout.max_turns, max_total_tokens) before the
+game ends returns 0: set rollout.max_turns to at least the game's own turn limit.
+
+Invalid moves. As the game's rules say: textarena warns the player and lets it retry once
+(its error allowance), and a second invalid move in a row ends the game. Each invalid move is marked
+in the step's info; env/invalid_moves (per episode) and env/invalid_endings (share of episodes a
+game ended for an invalid move) count them, eval/... the same for held-out episodes.
+
+Seeds. A game's setup is drawn from its seed (textarena seeds Python's RNG on reset), shared by a
+GRPO group. Training games use seeds in [0, 2**30), held-out games distinct seeds in [2**30, 2**31),
+which training never uses. A game with a small setup space (GuessTheNumber: 20 targets) still plays
+held-out setups that training also saw under other seeds.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Any
+
+from relay.config.textarena import game_class
+
+PREFIX = (
+    "You are playing a text game. Each reply is one move: follow the game's instructions and write "
+    "the move the way the game asks, for example in square brackets."
+)
+HELD_OUT_FIRST_SEED = 2**30  # training seeds are below it, held-out seeds at or above it
+
+
+class TextArenaEnv:
+    """One textarena single-player game per episode; the instance is reset for the next one."""
+
+    def __init__(self, config):
+        import textarena as ta
+        from textarena.envs.registration import ENV_REGISTRY
+
+        spec = ENV_REGISTRY[config["env_id"]]
+        self.env_id = config["env_id"]
+        self.game = game_class(spec.entry_point)(**{**spec.kwargs, **dict(config.get("env_args") or {})})
+        self.bracket_actions = ta.wrappers.ActionFormattingWrapper in (spec.default_wrappers or [])
+        self.shown = ""
+
+    def reset(self, seed: int) -> str:
+        self.game.reset(num_players=1, seed=seed)
+        self.shown = self._new_messages()
+        return self.shown
+
+    def get_prompt_prefix(self) -> str:
+        return PREFIX
+
+    def get_state_description(self) -> str:
+        return self.shown
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        if self.bracket_actions and "[" not in action and "]" not in action:
+            action = f"[{action}]"  # textarena's ActionFormattingWrapper, as the id's default version has it
+        done, _ = self.game.step(action)
+        state = self.game.state
+        if not done:  # a warned invalid move leaves the error count up until a valid one resets it
+            self.shown = self._new_messages()
+            return self.shown, 0.0, False, {"invalid_move": state.error_count > 0}
+        rewards, game_info = self.game.close()
+        info = dict(game_info.get(0, {}))
+        ended_invalid = bool(info.get("invalid_move"))
+        reason = str(info.get("reason") or "The game is over.")
+        self.shown = "\n".join(m for m in (self._new_messages(), reason) if m)
+        reward = float((rewards or {}).get(0, 0.0))
+        return (
+            self.shown,
+            reward,
+            True,
+            {"invalid_move": ended_invalid, "invalid_ending": ended_invalid, "reason": reason},
+        )
+
+    def _new_messages(self) -> str:
+        """What the game said to the player since its last move; its own moves are in the chat already."""
+        import textarena as ta
+
+        _, messages = self.game.get_observation()
+        return "\n".join(text.strip() for _, text, kind in messages if kind != ta.ObservationType.PLAYER_ACTION).strip()
+
+    @staticmethod
+    def make_rows(n: int, seed: int) -> list[dict[str, Any]]:
+        rng = random.Random(seed)
+        return [{"seed": rng.randrange(HELD_OUT_FIRST_SEED)} for _ in range(n)]
+
+    @staticmethod
+    def make_eval_rows(n: int, seed: int) -> list[dict[str, Any]]:
+        """n distinct held-out games, from seeds training never draws."""
+        seeds = random.Random(seed + 7_919).sample(range(HELD_OUT_FIRST_SEED, 2 * HELD_OUT_FIRST_SEED), n)
+        return [{"seed": s} for s in seeds]
+
+
+def game_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows): one game seed each, the two seed ranges disjoint."""
+    return TextArenaEnv.make_rows(n_train, seed), TextArenaEnv.make_eval_rows(n_eval, seed)
+
+
+def invalid_move_metrics(samples, prefix: str, games: bool = True) -> dict[str, float]:
+    """{prefix}invalid_moves: invalid moves per episode; {prefix}invalid_endings: the share of episodes
+    a game ended for an invalid move (info["invalid_move"], info["invalid_ending"]). Nothing unless
+    `games`; an episode the agent loop ended before any move counts as none."""
+    if not games or not samples:
+        return {}
+    infos = [(s.meta.get("env") or {}).get("infos") or [] for s in samples]
+    return {
+        f"{prefix}invalid_moves": statistics.fmean(sum(bool(info.get("invalid_move")) for info in i) for i in infos),
+        f"{prefix}invalid_endings": statistics.fmean(any(info.get("invalid_ending") for info in i) for i in infos),
+    }
