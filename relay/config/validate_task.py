@@ -12,7 +12,7 @@ from relay.config.textarena import validate_textarena
 from relay.config.tool_tasks import TOOL_TASK_TOOLS
 from relay.config.user_code import check_env_class, check_reward_fn
 
-BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS, "reasoning_gym", "textarena")
+BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS, "reasoning_gym", "textarena", "bfcl")
 
 
 def validate_task(task: TaskConfig) -> list[str]:

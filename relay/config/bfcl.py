@@ -1,0 +1,75 @@
+"""task.name=bfcl: which Berkeley Function Calling Leaderboard categories make the rows
+(relay/envs/bfcl.py), and the checks that name a bad setting in one line before any actor starts.
+
+`task.categories: [simple_python, multiple, parallel]` (equal weights) or a weighted mix
+`task.categories: {simple_python: 2, parallel: 1}`; empty: DEFAULT_CATEGORIES. The names are
+BFCL's own, so `reward/<category>` and `eval/<category>/accuracy` read like the leaderboard's columns.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+PACKAGE_PIN = "bfcl-eval==2026.3.23"
+# --no-deps: the package declares numpy==1.26.4, sentence-transformers, faiss and several vendors'
+# SDKs for its own inference runners; the data and the AST checker relay reads need none of them.
+INSTALL = f"pip install --no-deps '{PACKAGE_PIN}' (scripts/setup.sh installs it)"
+# Single-turn categories whose rows one model turn answers: the AST categories (BFCL's checker
+# compares the calls with the row's possible answers) and the irrelevance ones (right when no call
+# is made). Java and JavaScript rows are left out: their checker wants every argument as a string
+# of Java / JavaScript source, a format none of relay's tool-call parsers writes.
+AST_CATEGORIES = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+)
+CATEGORIES = (*AST_CATEGORIES, "irrelevance", "live_irrelevance")
+DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel")
+# The tool-call formats the system prompt can show and the reward can read (tools.parser)
+CALL_FORMATS = ("hermes", "json", "function_call", "pythonic")
+
+
+def categories(task) -> dict[str, float]:
+    """{category: weight} of a valid config: a list weighs each one 1, nothing means DEFAULT_CATEGORIES."""
+    given = task.categories or DEFAULT_CATEGORIES
+    if isinstance(given, dict):
+        return {name: float(w) for name, w in given.items()}
+    return {name: 1.0 for name in given}
+
+
+def validate_bfcl(task, tools) -> list[str]:
+    if task.name != "bfcl":
+        return [f"task.categories: only task.name=bfcl reads it, not {task.name!r}"] if task.categories else []
+    p: list[str] = []
+    given = task.categories or ()
+    if isinstance(given, str):
+        given = [given]
+    if not isinstance(given, (list, tuple, dict)):
+        p.append(f"task.categories: expected a list of categories or a mapping {{category: weight}}, got {given!r}")
+        given = ()
+    for name in given:
+        if name not in CATEGORIES:
+            close = difflib.get_close_matches(str(name), CATEGORIES, n=3, cutoff=0.4)
+            hint = f"closest: {', '.join(close)}" if close else f"choose from {', '.join(CATEGORIES)}"
+            p.append(f"task.categories: {name!r} is not a BFCL category relay runs ({hint})")
+        elif isinstance(given, dict):
+            weight = given[name]
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+                p.append(f"task.categories.{name}: the weight must be a number > 0, got {weight!r}")
+    if tools.parser not in CALL_FORMATS:
+        p.append(
+            f"tools.parser: task.name=bfcl shows and reads calls in one of {', '.join(CALL_FORMATS)}, "
+            f"got {tools.parser!r} (hermes: <tool_call>{{...}}</tool_call>)"
+        )
+    if tools.enabled:
+        p.append("tools.enabled: task.name=bfcl checks the calls of one turn and runs none; set tools.enabled=false")
+    try:
+        import bfcl_eval  # noqa: F401
+    except ImportError:
+        p.append(f"task.name: bfcl needs the bfcl-eval package: {INSTALL}")
+    return p
