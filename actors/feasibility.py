@@ -17,8 +17,7 @@ KEYS = {"CPU": "cpus", "GPU": "gpus"}
 def check_feasible(bundles_by_role: dict[str, tuple[RoleResources, dict[str, float]]]) -> None:
     """Raise ConfigError (one line per problem) when no node can hold a role's actor or the whole
     cluster cannot hold every actor at once; with an autoscaler, print what it waits for instead."""
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    problems = unplaceable(bundles_by_role, nodes)
+    problems = unplaceable(bundles_by_role, alive_nodes())
     if not problems:
         return
     if autoscaler_configured():
@@ -28,6 +27,11 @@ def check_feasible(bundles_by_role: dict[str, tuple[RoleResources, dict[str, flo
         )
         return
     raise ConfigError([f"{p} (and no autoscaler is configured to add one)" for p in problems])
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    """Each live node's total resources."""
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
 def unplaceable(
@@ -68,7 +72,8 @@ def unplaceable(
 def autoscaler_configured() -> bool:
     """Whether nodes may still be added: Ray's autoscaler v2 (what `ray up` starts since Ray 2.50,
     and KubeRay) says so in the GCS, or the GCS holds a cluster config with node types that can
-    scale up. Anything unreadable counts as "maybe", so a real autoscaling cluster is never refused."""
+    scale up, or the v1 autoscaler runs with a config of node types. Anything unreadable counts as
+    "maybe", so a real autoscaling cluster is never refused."""
     try:
         from ray._private.state import state
         from ray.autoscaler.v2.utils import is_autoscaler_v2
@@ -76,8 +81,29 @@ def autoscaler_configured() -> bool:
         if is_autoscaler_v2(fetch_from_server=True):
             return True
         config = state.get_cluster_config()
+        if config is None:
+            return v1_autoscaler_has_node_types()
     except Exception:  # private APIs: a Ray that moved them leaves the decision to the old behaviour
         return True
     return bool(config) and any(
         g.max_count == -1 or g.max_count > g.min_count for g in config.node_group_configs if g.max_count != 0
     )
+
+
+def v1_autoscaler_has_node_types() -> bool:
+    """The v1 autoscaler (`ray start --head --autoscaling-config=...`, the fake multi-node provider
+    of cluster.local.yaml) writes no cluster config to the GCS, only its status report, which maps
+    each node to its node type. Every head runs that monitor; without a config its provider is
+    read-only and names each node's type `node_<node id>` (ray.autoscaler._private.util,
+    format_readonly_node_type): any other name is a type from a config, which may add nodes."""
+    import json
+    import re
+
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    status = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    if not status:
+        return False
+    mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+    return any(not re.fullmatch(r"node_[0-9a-f]{56}", node_type) for node_type in mapping.values())

@@ -11,9 +11,11 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors import local_ray
 from actors.actor_class import actor_class
-from actors.feasibility import check_feasible
+from actors.feasibility import alive_nodes, check_feasible, unplaceable
 from actors.learner_recovery import LearnerRecovery, NoRecovery
+from actors.local_ray import NAMESPACE
 from actors.lora_reference import LearnerAsReference
 from actors.rank_group import RankGroup
 from actors.reward_model import RewardModelPool
@@ -24,9 +26,7 @@ from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.config.validate_pipeline import is_sharded
 from relay.endpoint.auth import run_token
 from relay.models.check import reward_model_path
-from relay.run.progress import phase
-
-NAMESPACE = "relay"
+from relay.run.progress import phase, say
 
 # The actors' classes, started here without importing them (their torch and model code stays out of
 # the driver's process: actors/actor_class.py)
@@ -42,59 +42,28 @@ ToolExecutor = actor_class("actors.tools", "ToolExecutor")
 
 def connect(cfg: Config) -> None:
     """Join the cluster named by config or RAY_ADDRESS (set by `ray job submit`), else start one;
-    then check that the cluster can hold every role's actors (ConfigError naming the role if not)."""
-    if not ray.is_initialized():
-        _init(cfg)
-    check_feasible({role: (res, _bundle(res)) for role, res in actor_roles(cfg).items()})
+    then check that the cluster can hold every role's actors (ConfigError naming the role if not).
 
-
-def _init(cfg: Config) -> None:
+    A Ray that relay started for an earlier run in this process and that cannot hold this run
+    (too few CPUs, no dashboard when asked for one, or a cluster named now) is stopped and
+    started again for this run; a Ray the user started or joined is only checked."""
+    bundles = {role: (res, _bundle(res)) for role, res in actor_roles(cfg).items()}
     address = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, namespace=NAMESPACE)
-        return
-    needed = sum(res.cpus * res.count for res in actor_roles(cfg).values())
-    # Sync phases do not overlap, so logical CPUs may exceed the cores; torch threads per actor
-    # keep actors from fighting. address="local": never attach to a cluster in /tmp/ray/ray_current_cluster.
-    with loopback_node():
-        ray.init(
-            address="local",
-            num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)),
-            namespace=NAMESPACE,
-            include_dashboard=cfg.resources.dashboard,
-            log_to_driver=True,
-            # no idle workers started ahead: each role is an actor with a process of its own (40 MB saved)
-            _system_config={"prestart_worker_first_driver": False},
-        )
-
-
-@contextmanager
-def loopback_node():
-    """A Ray started inside it serves this machine only: every port it opens (the Prometheus
-    metrics export, GCS, raylet, dashboard agent) listens on 127.0.0.1, not on all interfaces.
-
-    Ray binds them to its node address, and the metrics export to all interfaces unless that
-    address is loopback. ray.init turns a loopback `_node_ip_address` into the machine's outward
-    address, so the one switch is Ray's cluster mode: off, the node address is 127.0.0.1. Ray
-    reads it from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (named for the systems where off is the
-    default) once, at import, into ray_constants.ENABLE_RAY_CLUSTER; the processes ray.init
-    starts read the variable, this one the constant. Both go back to what they were afterwards.
-    """
-    from ray._private import ray_constants
-
-    saved_env, saved_constant = os.environ.get(LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[LOCAL_ONLY_ENV], ray_constants.ENABLE_RAY_CLUSTER = "0", False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_constant
-        if saved_env is None:
-            os.environ.pop(LOCAL_ONLY_ENV, None)
+    if local_ray.started_here():
+        misfit = [] if address else unplaceable(bundles, alive_nodes())
+        if cfg.resources.dashboard and not local_ray.has_dashboard():
+            misfit.append("resources.dashboard=true: it was started without the dashboard")
+        if address:
+            misfit.append(f"this run joins the cluster at {address}")
+        if misfit:
+            say("the local Ray started for an earlier run does not fit this one, so it starts anew: " + "; ".join(misfit))
+            local_ray.stop()
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, namespace=NAMESPACE)
         else:
-            os.environ[LOCAL_ONLY_ENV] = saved_env
-
-
-LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+            local_ray.start(sum(res.cpus * res.count for res in actor_roles(cfg).values()), cfg.resources.dashboard)
+    check_feasible(bundles)
 
 
 def uses_tool_executors(cfg: Config) -> bool:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -246,16 +245,10 @@ def _connect(sweep: Sweep, trial_cpus: float) -> None:
     address = sweep.base_config.resources.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, namespace="relay")
-    else:  # a fresh local Ray big enough for one trial (phases do not overlap; see pools.connect)
-        from actors.pools import loopback_node
+    else:  # a fresh local Ray big enough for one trial (phases do not overlap), as pools.connect's
+        from actors import local_ray
 
-        with loopback_node():  # listening on 127.0.0.1 only, as pools.connect's
-            ray.init(
-                address="local",
-                num_cpus=max(os.cpu_count() or 1, math.ceil(trial_cpus)),
-                namespace="relay",
-                include_dashboard=sweep.base_config.resources.dashboard,
-            )
+        local_ray.start(trial_cpus, sweep.base_config.resources.dashboard)
 
 
 def run_sweep(sweep: Sweep):

@@ -1,5 +1,5 @@
 """A locally started Ray and relay's actors listen on loopback only: nothing a run opens is
-reachable from another machine unless a cluster is configured (actors/pools.py, loopback_node)."""
+reachable from another machine unless a cluster is configured (actors/local_ray.py, loopback_node)."""
 
 import ipaddress
 

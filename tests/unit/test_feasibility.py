@@ -40,3 +40,24 @@ def test_all_actors_at_once_must_fit_the_cluster():
     assert problems == [
         "resources.*.gpus: the roles need 6 GPU in all (rollout 5, learner 1; count x gpus) but the Ray cluster has 4"
     ]
+
+
+def test_a_v1_autoscaler_with_node_types_may_add_nodes(monkeypatch):
+    """`ray start --autoscaling-config` (cluster.local.yaml) publishes no cluster config, only its
+    report; a head without a config runs the same autoscaler, read-only, naming types node_<id>."""
+    import json
+
+    from ray.experimental import internal_kv
+
+    from actors.feasibility import v1_autoscaler_has_node_types
+
+    def report(mapping):
+        status = json.dumps({"autoscaler_report": {"node_type_mapping": mapping}})
+        monkeypatch.setattr(internal_kv, "_internal_kv_get", lambda key: status.encode())
+
+    report({"fffff00000": "ray.head.default", "fffff00001": "rollout_worker"})
+    assert v1_autoscaler_has_node_types()
+    report({"10.0.0.1": "node_" + "ab" * 28, "10.0.0.2": "node_" + "cd" * 28})
+    assert not v1_autoscaler_has_node_types()
+    monkeypatch.setattr(internal_kv, "_internal_kv_get", lambda key: None)  # no autoscaler has reported
+    assert not v1_autoscaler_has_node_types()
