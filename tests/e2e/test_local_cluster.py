@@ -1,0 +1,156 @@
+"""cluster.local.yaml as docs/cluster.md runs it: `RAY_FAKE_CLUSTER=1 ray start --head
+--autoscaling-config=...`, `ray job submit --working-dir . -- python driver.py --config
+configs/local_cluster.yaml`, the autoscaler adding a node of each type the roles are pinned to,
+and taking them back once they are idle; then the cluster is stopped by its processes
+(scripts/local_cluster.py), never `ray stop`, which would end every Ray on the machine.
+
+Its own ports, its own short temp folder and its own token, as tests/e2e/test_ray_job.py; the
+config's GCS address follows the head's port, and its idle timeout is shortened to 12 s. What
+the autoscaler did is read from its own report (the dashboard's /api/cluster_status) and from
+the GCS node table (/api/v0/nodes, which keeps dead nodes with their start and end times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scripts.local_cluster import cluster_processes, stop
+from tests.e2e.test_ray_job import EXCLUDES, RAY, free_ports, http
+
+pytestmark = pytest.mark.slow  # about 90 s: a head with the dashboard, two added nodes, a job
+
+REPO = Path(__file__).resolve().parents[2]
+HEAD = "ray.head.default"
+IDLE_TIMEOUT_S = 12
+
+
+@pytest.fixture
+def local_cluster():
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
+    gcs, dashboard, client, agent_http, agent_grpc, metrics = free_ports(6)
+    config = yaml.safe_load((REPO / "cluster.local.yaml").read_text())
+    config["provider"]["gcs_address"] = f"127.0.0.1:{gcs}"
+    config["idle_timeout_minutes"] = IDLE_TIMEOUT_S / 60
+    (Path(temp_dir) / "cluster.yaml").write_text(yaml.safe_dump(config))
+    token = uuid.uuid4().hex
+    (Path(temp_dir) / "auth_token").write_text(token)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    env.update(
+        RAY_FAKE_CLUSTER="1",
+        AUTOSCALER_UPDATE_INTERVAL_S="1",  # the autoscaler looks every second, not every 5
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(Path(temp_dir) / "auth_token"),
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=f"{Path(RAY).parent}:{env.get('PATH', '')}",  # the job's `python` is this venv's
+        PYTHONUNBUFFERED="1",
+    )
+    head_cpus = config["available_node_types"][HEAD]["resources"]["CPU"]
+    command = [
+        RAY, "start", "--head", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+        f"--autoscaling-config={temp_dir}/cluster.yaml", f"--num-cpus={head_cpus}", f"--port={gcs}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+    ]  # fmt: skip
+    try:
+        started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        address = f"http://127.0.0.1:{dashboard}"
+        deadline = time.monotonic() + 60
+        while http(f"{address}/api/jobs/", token)[0] != 200:
+            assert time.monotonic() < deadline, "the dashboard did not come up"
+            time.sleep(1)
+        yield {"address": address, "token": token, "env": env, "temp_dir": temp_dir}
+    finally:
+        stop(temp_dir, grace_s=5)
+        assert not cluster_processes(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def get(cluster, path: str):
+    status, body = http(cluster["address"] + path, cluster["token"])
+    assert status == 200, body
+    return body.get("data", body)  # the state and status APIs wrap their answer in `data`, the jobs API not
+
+
+def active_types(cluster) -> dict[str, int]:
+    """The autoscaler's own view: node type -> active nodes (what `ray status` prints)."""
+    report = get(cluster, "/api/cluster_status?format=0")["clusterStatus"]["autoscalerReport"]
+    # the dashboard camel-cases every key of the report, node type names too: rollout_worker -> rolloutWorker
+    return {camel(node_type): n for node_type, n in (report["activeNodes"] or {}).items()}
+
+
+def camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+def gcs_nodes(cluster) -> list[dict]:
+    return get(cluster, "/api/v0/nodes?detail=true&limit=100")["result"]["result"]
+
+
+def test_the_autoscaler_adds_a_node_per_role_type_for_a_job_and_removes_them_when_idle(local_cluster, tmp_path):
+    cluster = local_cluster
+    assert active_types(cluster) == {HEAD: 1}
+    run_args = ["training.steps=1", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4"]
+    run_args += [f"run.output_dir={tmp_path}", "checkpoint.save_hf_model=false", "training.eval_before=false"]
+    submitted = time.time()
+    job = subprocess.run(
+        [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", "--submission-id=local-cluster",
+         "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}", "--",
+         "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
+        cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+
+    seen, deadline = {}, time.monotonic() + 400
+    while (status := get(cluster, "/api/jobs/local-cluster")["status"]) in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "the job did not end"
+        for node_type, count in active_types(cluster).items():
+            seen.setdefault(node_type, (count, time.time() - submitted))
+        time.sleep(1)
+    ended = time.time()
+    logs = http(f"{cluster['address']}/api/jobs/local-cluster/logs", cluster["token"])[1]
+    assert status == "SUCCEEDED", logs
+    assert "waiting for the autoscaler to add nodes" in logs["logs"]
+    assert [json.loads(line)["step"] for line in (tmp_path / "local-cluster" / "metrics.jsonl").open()] == [1]
+    assert {camel("rollout_worker"), camel("learner_worker")} <= set(seen), seen
+
+    # The GCS node table: one node of each worker type, each holding its role's actor.
+    workers = [n for n in gcs_nodes(cluster) if not n["is_head_node"]]
+    labelled = {
+        label: n for n in workers for label in ("rollout_node", "learner_node") if label in n["resources_total"]
+    }
+    assert len(workers) == 2 and set(labelled) == {"rollout_node", "learner_node"}, workers
+    actors = get(cluster, "/api/v0/actors?detail=true&limit=1000")["result"]["result"]
+    placed = {a["name"]: a["node_id"] for a in actors if a["name"].startswith("local-cluster/")}
+    assert placed["local-cluster/rollout-0"] == labelled["rollout_node"]["node_id"]
+    assert placed["local-cluster/learner-0"] == labelled["learner_node"]["node_id"]
+
+    # Idle once the job ended: the autoscaler removes both after its idle timeout.
+    deadline = time.monotonic() + IDLE_TIMEOUT_S + 90
+    while active_types(cluster) != {HEAD: 1}:
+        assert time.monotonic() < deadline, active_types(cluster)
+        time.sleep(1)
+    removed = time.time()
+    states = {n["node_id"]: n for n in gcs_nodes(cluster)}
+    for node in labelled.values():
+        assert states[node["node_id"]]["state"] == "DEAD"
+    joined = {label: n["start_time_ms"] / 1000 - submitted for label, n in labelled.items()}
+    left = {label: states[n["node_id"]]["end_time_ms"] / 1000 - ended for label, n in labelled.items()}
+    print(
+        f"local cluster: nodes joined {', '.join(f'{k} {v:.1f} s' for k, v in joined.items())} after the submit; "
+        f"job {ended - submitted:.1f} s; nodes left {', '.join(f'{k} {v:.1f} s' for k, v in left.items())} "
+        f"after the job ended (idle timeout {IDLE_TIMEOUT_S} s); the autoscaler reported the head alone "
+        f"{removed - ended:.1f} s after it"
+    )
