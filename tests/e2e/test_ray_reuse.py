@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def tiny_run(tmp_path, name: str, cpus: float):
     """A 1-step run whose roles need `cpus` logical CPUs in all: the environment pool (a reward
-    actor) takes what the rollout worker and the learner leave."""
+    actor) takes what the other roles leave."""
     tiny = ["training.steps=1", "training.prompts_per_step=2", "rollout.n=2", "task.num_eval_rows=2"]
     quiet = ["training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=false"]
     keys = [*tiny, *quiet, "logging.console=false", f"run.output_dir={tmp_path}", f"run.name={name}"]
