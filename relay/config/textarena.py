@@ -83,8 +83,8 @@ def check_game(registry: dict, env_id: str, args: Any) -> str | None:
         return f"task.env_id: {env_id} needs {missing}, which it downloads at run time; relay runs offline"
     if not single_player(spec.entry_point):
         return (
-            f"task.env_id: {env_id} is a game for two or more players; relay plays single-player "
-            f"textarena games (e.g. GuessTheNumber-v0, Mastermind-v0, TowerOfHanoi-v0)"
+            f"task.env_id: {env_id} is a game for two or more players, and textarena ships no scripted "
+            f"opponent; relay plays its single-player games (e.g. GuessTheNumber-v0, Mastermind-v0, TowerOfHanoi-v0)"
         )
     try:
         cls = game_class(spec.entry_point)

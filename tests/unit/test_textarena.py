@@ -101,7 +101,7 @@ def test_bad_games_and_arguments_are_one_line_each():
     (p,) = problems("task.env_id=GuessTheNumber-v0", "task.env_args={min_number: 9, max_number: 2}")
     assert p.startswith("task.env_args: GuessTheNumber-v0: ") and "\n" not in p
     (p,) = problems("task.env_id=Chess-v0")
-    assert p.startswith("task.env_id: Chess-v0 is a game for two or more players; relay plays single-player")
+    assert p.startswith("task.env_id: Chess-v0 is a game for two or more players, and textarena ships no scripted")
     (p,) = problems("task.env_id=Debate-v0")
     assert (
         p
