@@ -4,9 +4,10 @@
 
 In one process, no Ray: the driver's agent loop, TextArenaEnv and configs/smol_textarena.yaml's
 limits (rollout.max_turns and the token budgets), greedy, on the held-out seeds of run.seed=0
-(relay/run/folder.py task_rows). GAME is `ID` or `ID:ARG=VALUE,...` (the game's env_args). Per game it
-prints the win rate (reward >= 1), the mean return, invalid moves per episode, the share of games
-an invalid move ended, the share of episodes relay's limits cut, and the seconds taken.
+(relay/run/folder.py task_rows). GAME is `ID` or `ID:ARG=VALUE,...` (the game's env_args); a
+two-player game plays task.opponent=random. Per game it prints the win rate (reward >= 1), the mean
+return, invalid moves per episode, the share of games an invalid move ended, the share of episodes
+relay's limits cut, and the seconds taken.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from relay.agent.loop import AgentLimits, AgentLoop  # noqa: E402
 from relay.config import load_config  # noqa: E402
+from relay.config.textarena import player_count  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.engines.hf import HFEngine  # noqa: E402
 from relay.envs.base import EnvRunner  # noqa: E402
@@ -44,9 +46,14 @@ GAMES = (
 
 
 def game_overrides(game: str) -> list[str]:
+    """A two-player game plays task.opponent=random."""
+    from textarena.envs.registration import ENV_REGISTRY
+
     env_id, _, args = game.partition(":")
     env_args = {k: yaml.safe_load(v) for k, _, v in (a.partition("=") for a in args.split(",") if a)}
-    return [f"task.env_id={env_id}", f"task.env_args={yaml.safe_dump(env_args, default_flow_style=True).strip()}"]
+    two = env_id in ENV_REGISTRY and player_count(ENV_REGISTRY[env_id].entry_point) == 2
+    args_yaml = yaml.safe_dump(env_args, default_flow_style=True).strip()
+    return [f"task.env_id={env_id}", f"task.env_args={args_yaml}", *(["task.opponent=random"] if two else [])]
 
 
 def play(engine: HFEngine, game: str, model: str, episodes: int) -> dict[str, float]:

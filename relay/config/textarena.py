@@ -2,9 +2,10 @@
 the checks that refuse a game relay cannot run here in one line, before any actor starts.
 
     task: {name: textarena, env_id: GuessTheNumber-v0, env_args: {max_turns: 8}}
+    task: {name: textarena, env_id: TicTacToe-v0, opponent: random}    # a two-player game
 
 The game runs as an ordinary environment: loading fills task.env (TextArenaEnv) and task.env_config
-({env_id, env_args}) from these keys, so the EnvPool, the agent loop and the reward are the ones a
+({env_id, env_args[, opponent]}) from these keys, so the EnvPool, the agent loop and the reward are the ones a
 user's own environment gets.
 """
 
@@ -24,6 +25,10 @@ INSTALL = f"pip install '{PACKAGE_PIN}' (or pip install -e '.[tasks]')"
 ENV_PATH = "relay.envs.textarena:TextArenaEnv"
 # Games that ask a hosted LLM (a game master or a jury through OpenRouter) need the network and a key.
 _ONLINE = re.compile(r"OpenRouter")
+# task.opponent for two-player games. textarena ships no scripted policy (its agents are hosted-LLM
+# clients, a console for a human and a local HF model), so relay's one is the weakest fair player:
+# random, a move drawn from those the game lists to it (relay/envs/textarena.py random_move).
+OPPONENTS = ("random",)
 _NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
 
 
@@ -33,10 +38,12 @@ class TextArenaFields:
 
     env_id: str | None = None  # a registered game id, e.g. GuessTheNumber-v0
     env_args: dict[str, Any] = field(default_factory=dict)  # the game's constructor arguments, e.g. {max_turns: 8}
+    opponent: str | None = None  # two-player games: who plays the other seat (OPPONENTS)
 
 
 def game_config(task) -> dict[str, Any]:
-    return {"env_id": task.env_id, "env_args": dict(task.env_args)}
+    opponent = {"opponent": task.opponent} if task.opponent is not None else {}
+    return {"env_id": task.env_id, "env_args": dict(task.env_args), **opponent}
 
 
 def with_game_env(task):
@@ -49,7 +56,7 @@ def with_game_env(task):
 
 def validate_textarena(task) -> list[str]:
     if task.name != "textarena":
-        given = [k for k in ("env_id", "env_args") if getattr(task, k)]
+        given = [k for k in ("env_id", "env_args", "opponent") if getattr(task, k)]
         return [f"task.{k}: only task.name=textarena reads it, not {task.name!r}" for k in given]
     if task.env != ENV_PATH:
         return ["task.env: task.name=textarena runs its game itself; leave task.env out (or use task.name=custom)"]
@@ -61,13 +68,14 @@ def validate_textarena(task) -> list[str]:
         from textarena.envs.registration import ENV_REGISTRY
     except ImportError:
         return [f"task.name: textarena needs the textarena package: {INSTALL}"]
-    problem = check_game(ENV_REGISTRY, task.env_id, task.env_args)
+    problem = check_game(ENV_REGISTRY, task.env_id, task.env_args, task.opponent)
     return [problem] if problem else []
 
 
-def check_game(registry: dict, env_id: str, args: Any) -> str | None:
+def check_game(registry: dict, env_id: str, args: Any, opponent: str | None = None) -> str | None:
     """One line for a game relay cannot play here, or None: an unknown id (the closest ones),
-    arguments the game does not take, data it would download, or more than one player."""
+    arguments the game does not take, data it would download, more than two players, or a
+    two-player game without an opponent (or a single-player one with one)."""
     if env_id not in registry:
         close = difflib.get_close_matches(str(env_id), registry, n=3, cutoff=0.5)
         hint = (
@@ -81,11 +89,18 @@ def check_game(registry: dict, env_id: str, args: Any) -> str | None:
         return f"task.env_id: {env_id} asks {online} during the game; relay runs offline"
     if missing := missing_downloads(spec.entry_point):
         return f"task.env_id: {env_id} needs {missing}, which it downloads at run time; relay runs offline"
-    if not single_player(spec.entry_point):
+    players = player_count(spec.entry_point)
+    if players > 2:
+        return f"task.env_id: {env_id} is a game for more than two players; relay plays one- and two-player games"
+    if opponent is not None and opponent not in OPPONENTS:
+        return f"task.opponent: {opponent!r} is not an opponent relay has (choose from: {', '.join(OPPONENTS)})"
+    if players == 2 and opponent is None:
         return (
-            f"task.env_id: {env_id} is a game for two or more players, and textarena ships no scripted "
-            f"opponent; relay plays its single-player games (e.g. GuessTheNumber-v0, Mastermind-v0, TowerOfHanoi-v0)"
+            f"task.opponent: {env_id} is a two-player game: name who plays the other seat, "
+            f"task.opponent=random (a move drawn from those the game lists)"
         )
+    if players == 1 and opponent is not None:
+        return f"task.opponent: {env_id} is a single-player game; leave task.opponent out"
     try:
         cls = game_class(spec.entry_point)
     except ImportError as e:  # a game written for a package textarena does not install (gym, ...)
@@ -98,7 +113,7 @@ def check_game(registry: dict, env_id: str, args: Any) -> str | None:
     takes = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
     if unknown := [a for a in args if a not in takes]:
         return f"task.env_args: {env_id} takes no argument {unknown[0]!r} (it takes: {', '.join(takes) or 'none'})"
-    return trial_reset(spec, env_id, args)
+    return trial_reset(spec, env_id, args, players)
 
 
 def game_class(entry_point):
@@ -135,11 +150,12 @@ def asks_online(entry_point) -> str | None:
     )
 
 
-def single_player(entry_point) -> bool:
-    """textarena's single-player games keep their state in SinglePlayerState; the others in a
-    two-player or multi-player state."""
+def player_count(entry_point) -> int:
+    """1 or 2 by the state class a game keeps (SinglePlayerState, TwoPlayerState), else 3 (more)."""
     sources = game_sources(entry_point)  # none: a class given as is, or a module to be imported (its error)
-    return not sources or any("SinglePlayerState" in s for s in sources)
+    if not sources or any("SinglePlayerState" in s for s in sources):
+        return 1
+    return 2 if any("TwoPlayerState" in s for s in sources) else 3
 
 
 def missing_downloads(entry_point) -> str | None:
@@ -166,13 +182,13 @@ def nltk_has(name: str) -> bool:
     return False
 
 
-def trial_reset(spec, env_id: str, args: dict) -> str | None:
-    """Start one single-player game as the episodes will: the game's own check of its arguments,
+def trial_reset(spec, env_id: str, args: dict, players: int = 1) -> str | None:
+    """Start one game as the episodes will: the game's own check of its arguments,
     in one line. The game seeds Python's global RNG on reset: the driver's is put back as it was."""
     state = random.getstate()
     try:
         env = game_class(spec.entry_point)(**{**spec.kwargs, **args})
-        env.reset(num_players=1, seed=0)
+        env.reset(num_players=players, seed=0)
     except Exception as e:  # the package's own message, on one line
         return f"task.env_args: {env_id}: {' '.join(str(e).split()) or type(e).__name__}"
     finally:

@@ -26,6 +26,10 @@ Invalid moves. As the game's rules say: textarena warns the player and lets it r
 in the step's info; env/invalid_moves (per episode) and env/invalid_endings (share of episodes a
 game ended for an invalid move) count them, eval/... the same for held-out episodes.
 
+Two-player games (task.opponent: random). The model takes seat seed % 2; the other seat's moves are
+made here, between the model's, by random_move, and reach the model in its next observation
+("Opponent's move: [4]", then what the game said). The reward is the model's seat's outcome.
+
 Seeds. A game's setup is drawn from its seed (textarena seeds Python's RNG on reset), shared by a
 GRPO group. Training games use seeds in [0, 2**30), held-out games distinct seeds in [2**30, 2**31),
 which training never uses. A game with a small setup space (GuessTheNumber: 20 targets) still plays
@@ -35,6 +39,7 @@ held-out setups that training also saw under other seeds.
 from __future__ import annotations
 
 import random
+import re
 import statistics
 from typing import Any
 
@@ -45,10 +50,14 @@ PREFIX = (
     "the move the way the game asks, for example in square brackets."
 )
 HELD_OUT_FIRST_SEED = 2**30  # training seeds are below it, held-out seeds at or above it
+MAX_OPPONENT_MOVES = 100  # per model move: a game that never hands the turn back is an environment error
+_QUOTED_MOVE = re.compile(r"'(\[[^\]\n]+\])'")  # '[4]', '[0, 1]', '[check]'
+_LISTS_MOVES = re.compile(r"available|valid", re.IGNORECASE)
 
 
 class TextArenaEnv:
-    """One textarena single-player game per episode; the instance is reset for the next one."""
+    """One textarena game per episode; the instance is reset for the next one. In a two-player
+    game (config opponent) the model takes seat seed % 2 and the opponent plays the other."""
 
     def __init__(self, config):
         import textarena as ta
@@ -58,10 +67,16 @@ class TextArenaEnv:
         self.env_id = config["env_id"]
         self.game = game_class(spec.entry_point)(**{**spec.kwargs, **dict(config.get("env_args") or {})})
         self.bracket_actions = ta.wrappers.ActionFormattingWrapper in (spec.default_wrappers or [])
+        self.opponent = config.get("opponent")
         self.shown = ""
 
     def reset(self, seed: int) -> str:
-        self.game.reset(num_players=1, seed=seed)
+        players = 2 if self.opponent else 1
+        self.game.reset(num_players=players, seed=seed)
+        self.player = seed % players
+        self.rng = random.Random(seed)  # the opponent's own draws, apart from the game's RNG
+        self.opponent_seen: list[str] = []
+        self._opponent_moves()  # the opponent opens when it holds seat 0
         self.shown = self._new_messages()
         return self.shown
 
@@ -75,16 +90,19 @@ class TextArenaEnv:
         if self.bracket_actions and "[" not in action and "]" not in action:
             action = f"[{action}]"  # textarena's ActionFormattingWrapper, as the id's default version has it
         done, _ = self.game.step(action)
-        state = self.game.state
-        if not done:  # a warned invalid move leaves the error count up until a valid one resets it
+        # a warned invalid move leaves the (seat-shared) error count up until a valid one resets it:
+        # read it before the opponent moves
+        invalid = self.game.state.error_count > 0
+        done = done or self._opponent_moves()
+        if not done:
             self.shown = self._new_messages()
-            return self.shown, 0.0, False, {"invalid_move": state.error_count > 0}
+            return self.shown, 0.0, False, {"invalid_move": invalid}
         rewards, game_info = self.game.close()
-        info = dict(game_info.get(0, {}))
+        info = dict(game_info.get(self.player, {}))
         ended_invalid = bool(info.get("invalid_move"))
         reason = str(info.get("reason") or "The game is over.")
         self.shown = "\n".join(m for m in (self._new_messages(), reason) if m)
-        reward = float((rewards or {}).get(0, 0.0))
+        reward = float((rewards or {}).get(self.player, 0.0))
         return (
             self.shown,
             reward,
@@ -92,12 +110,36 @@ class TextArenaEnv:
             {"invalid_move": ended_invalid, "invalid_ending": ended_invalid, "reason": reason},
         )
 
+    def _opponent_moves(self) -> bool:
+        """The opponent's moves until the turn is the model's again; whether the game is over."""
+        state = self.game.state
+        for _ in range(MAX_OPPONENT_MOVES):
+            if state.done or not self.opponent or state.current_player_id == self.player:
+                return bool(state.done)
+            self.opponent_seen += [text for _, text, _ in self._drain(state.current_player_id)]
+            done, _ = self.game.step(random_move(self.opponent_seen, self.rng))
+            if done:
+                return True
+        raise RuntimeError(f"{self.env_id}: the opponent made {MAX_OPPONENT_MOVES} moves in a row")
+
+    def _drain(self, player: int) -> list:
+        messages = self.game.state.observations[player]
+        self.game.state.observations[player] = []
+        return messages
+
     def _new_messages(self) -> str:
-        """What the game said to the player since its last move; its own moves are in the chat already."""
+        """What the game said to the model since its last move (the opponent's moves too); its own
+        moves are in the chat already."""
         import textarena as ta
 
-        _, messages = self.game.get_observation()
-        return "\n".join(text.strip() for _, text, kind in messages if kind != ta.ObservationType.PLAYER_ACTION).strip()
+        lines = []
+        for sender, text, kind in self._drain(self.player):
+            if kind == ta.ObservationType.PLAYER_ACTION:
+                if sender == self.player:
+                    continue
+                text = f"Opponent's move: {text}"
+            lines.append(text.strip())
+        return "\n".join(lines).strip()
 
     @staticmethod
     def make_rows(n: int, seed: int) -> list[dict[str, Any]]:
@@ -109,6 +151,19 @@ class TextArenaEnv:
         """n distinct held-out games, from seeds training never draws."""
         seeds = random.Random(seed + 7_919).sample(range(HELD_OUT_FIRST_SEED, 2 * HELD_OUT_FIRST_SEED), n)
         return [{"seed": s} for s in seeds]
+
+
+def random_move(seen: list[str], rng: random.Random) -> str:
+    """task.opponent=random: a move drawn from the latest line the game wrote listing the available
+    or valid moves ('[4]', '[0, 1]', '[check]'), else from every quoted move the game has shown
+    (its rules' examples: '[rock]', '[paper]', '[scissors]'). One that turns out invalid is the
+    game's to judge: warned, then lost, as for the model."""
+    text = "\n".join(seen)
+    for line in reversed(text.splitlines()):
+        if _LISTS_MOVES.search(line) and (moves := _QUOTED_MOVE.findall(line)):
+            return rng.choice(moves)
+    moves = _QUOTED_MOVE.findall(text) or re.findall(r"\[[^\]\n]+\]", text)
+    return rng.choice(moves) if moves else "[0]"
 
 
 def game_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[dict], list[dict]]:

@@ -11,7 +11,7 @@ import pytest
 from relay.config import ConfigError, load_config, save_resolved
 from relay.envs.base import EnvRunner
 from relay.envs.contract import EnvMaker
-from relay.envs.textarena import HELD_OUT_FIRST_SEED, PREFIX, TextArenaEnv, invalid_move_metrics
+from relay.envs.textarena import HELD_OUT_FIRST_SEED, PREFIX, TextArenaEnv, invalid_move_metrics, random_move
 from relay.run.folder import task_rows
 
 pytest.importorskip("textarena")
@@ -100,8 +100,14 @@ def test_bad_games_and_arguments_are_one_line_each():
     )
     (p,) = problems("task.env_id=GuessTheNumber-v0", "task.env_args={min_number: 9, max_number: 2}")
     assert p.startswith("task.env_args: GuessTheNumber-v0: ") and "\n" not in p
-    (p,) = problems("task.env_id=Chess-v0")
-    assert p.startswith("task.env_id: Chess-v0 is a game for two or more players, and textarena ships no scripted")
+    (p,) = problems("task.env_id=TicTacToe-v0")
+    assert p.startswith("task.opponent: TicTacToe-v0 is a two-player game: name who plays the other seat, task.opp")
+    (p,) = problems("task.env_id=TicTacToe-v0", "task.opponent=minimax")
+    assert p == "task.opponent: 'minimax' is not an opponent relay has (choose from: random)"
+    (p,) = problems("task.env_id=GuessTheNumber-v0", "task.opponent=random")
+    assert p == "task.opponent: GuessTheNumber-v0 is a single-player game; leave task.opponent out"
+    (p,) = problems("task.env_id=SecretMafia-v0", "task.opponent=random")
+    assert p.startswith("task.env_id: SecretMafia-v0 is a game for more than two players")
     (p,) = problems("task.env_id=Debate-v0")
     assert (
         p
@@ -136,3 +142,33 @@ def test_a_missing_package_says_which_pip_command(monkeypatch):
     assert problems("task.env_id=GuessTheNumber-v0") == [
         "task.name: textarena needs the textarena package: pip install 'textarena==0.7.4' (or pip install -e '.[tasks]')"
     ]
+
+
+def test_a_two_player_game_is_played_against_the_named_opponent():
+    cfg = load_config(None, ["task.name=textarena", "task.env_id=TicTacToe-v0", "task.opponent=random"])
+    assert cfg.task.env_config == {"env_id": "TicTacToe-v0", "env_args": {}, "opponent": "random"}
+    seats, results = set(), []
+    for seed in range(6):
+        env = TextArenaEnv(cfg.task.env_config)
+        obs = env.reset(seed=seed)
+        seats.add(env.player)
+        assert f"You are Player {env.player}" in obs and env.game.state.current_player_id == env.player
+        assert ("Opponent's move" in obs) == (env.player == 1)  # seat 0 opens
+        rng, done, moves = random.Random(seed), False, 0
+        while not done:
+            obs, reward, done, info = env.step(random_move([obs], rng))  # the listed moves: always valid
+            moves += 1
+            assert not info["invalid_move"] and (done or "Opponent's move" in obs)
+        results.append(reward)  # the model's seat's outcome: 1 win, -1 loss, 0 draw
+    assert seats == {0, 1} and set(results) <= {-1.0, 0.0, 1.0} and moves <= 5
+
+
+def test_the_random_opponent_draws_from_the_moves_the_game_lists():
+    rng = random.Random(0)
+    seen = ["Rules: play '[3]' or '[9]'.", "Available Moves: '[0]', '[4]'\nOld: '[7]'"]
+    assert {random_move(seen, rng) for _ in range(40)} == {"[0]", "[4]"}
+    assert {random_move(["Respond with '[rock]', '[paper]' or '[scissors]'."], rng) for _ in range(40)} == {
+        "[rock]",
+        "[paper]",
+        "[scissors]",
+    }
