@@ -70,7 +70,10 @@ class ColocatedWorker(RelayActor):
         self.learner._check_restored()  # a replacement generates from the model path's weights
         # The engine seeds the global RNG for each generate (reproducible samples); the learner's
         # stream must go on as if no rollout ran here, so its checkpointed RNG resumes exactly.
-        with torch.random.fork_rng(devices=self.rng_devices):
+        # Under training.mixed_precision one bf16 context around the whole rollout: its generate
+        # calls cast the float32 weights once per call, not once per decoded token
+        # (relay/update/precision.py); a LoRA model's generate skips the wrapped forward, not this.
+        with torch.random.fork_rng(devices=self.rng_devices), self.learner.precision():
             return self.worker.rollout(rows, step, first_group_id, greedy)
 
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:

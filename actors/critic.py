@@ -26,6 +26,7 @@ from relay.update.fsdp import checkpoint_activations, gather_rows, master_dtype,
 from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.policy import response_values
+from relay.update.precision import autocast_forward
 
 
 class Critic(UpdatingRankGroupMember):
@@ -46,6 +47,7 @@ class Critic(UpdatingRankGroupMember):
         )
         self.device = actor_device()
         self.model.to(self.device)
+        autocast_forward(self.model, self.training, self.device)  # training.mixed_precision (relay/update/precision.py)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
         # differ run to run, so PPO ratios and exact resume break.
         self.model.eval()

@@ -1,6 +1,6 @@
 """Learner (the policy being trained) and Reference (frozen policy for KL).
 
-One actor per role, or (resources.<role>.count > 1, or an FSDP option) one rank of a group
+One actor per role, or (resources.<role>.count > 1, or training.cpu_offload) one rank of a group
 (actors/rank_group.py): then `join_rank_group` (RankGroupMember) shards the model with FSDP2, each
 rank takes its share of every batch, and rank 0 answers for the group. The Learner's end of the
 weight sync is SendsWeights (actors/weight_ends.py).
@@ -42,6 +42,7 @@ from relay.update.loop import run_update
 from relay.update.lr_schedule import make_lr_scheduler
 from relay.update.old_logprobs import old_logprob_metrics, old_logprob_stats, old_logprobs_before_update
 from relay.update.policy import compute_logprobs, response_logprobs
+from relay.update.precision import autocast_forward, compute_precision
 from relay.update.supervised import supervised_step
 
 
@@ -63,6 +64,7 @@ class Reference(RankGroupMember):
         self.device = actor_device()
         m = settings.model
         self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device).eval()
+        autocast_forward(self.model, self.training, self.device)  # training.mixed_precision (relay/update/precision.py)
         self.ranks = RankMember()
 
     @on_rank_group("every_rank")
@@ -86,6 +88,9 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.device = actor_device()
         m = settings.model
         self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device)
+        # training.mixed_precision bf16: float32 masters, bf16 matmuls (relay/update/precision.py); on
+        # the transformers model itself, which a peft wrapper's forward reaches too
+        autocast_forward(self.model, self.training, self.device)
         if m.lora.rank:  # relay/models/lora.py: only adapters train; the base doubles as the reference
             self.model = attach_adapters(self.model, m.lora)
         # Dropout off (gradients still flow): with it, logprobs/values recomputed on the same weights
@@ -100,6 +105,10 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         # answers nothing the run reads until the driver restores it (actors/learner_recovery.py),
         # so a loss between two calls cannot pass for the run's state.
         self.needs_restore = is_restarted_actor()
+
+    def precision(self):
+        """The context the module's forward passes run in (bf16 autocast under mixed precision)."""
+        return compute_precision(self.training, self.device)
 
     def _check_restored(self) -> None:
         if self.needs_restore:

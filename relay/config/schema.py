@@ -265,9 +265,11 @@ class TrainingConfig:
     # > 0: micro-batches hold about this many real tokens each (rows grouped by length, padding
     # columns trimmed) instead of micro_batch_size rows; the update is the same up to float error.
     max_tokens_per_micro_batch: int = 0
-    # Sharded learner / reference / critic (FSDP2, relay/update/fsdp.py). Any of these, or a role's
+    # bf16: bf16 matmuls, fp32 master weights, optimizer state and reductions; one actor under autocast
+    # (relay/update/precision.py), a rank group by FSDP2's MixedPrecisionPolicy.
+    mixed_precision: Literal["none", "bf16"] = "none"
+    # Sharded learner / reference / critic (FSDP2, relay/update/fsdp.py). cpu_offload, or a role's
     # resources.*.count > 1, makes that role a rank group.
-    mixed_precision: Literal["none", "bf16"] = "none"  # bf16: bf16 compute, fp32 master weights and reductions
     activation_checkpointing: bool = False  # recompute each decoder layer's activations in the backward pass
     cpu_offload: bool = False  # parameters, gradients and optimizer state on the host (CPUOffloadPolicy; GPU ranks)
     eval_before: bool = True  # the held-out evaluation before training; off: a faster start, before-values NaN

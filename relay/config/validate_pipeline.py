@@ -91,7 +91,7 @@ def validate_colocate(cfg: Config) -> list[str]:
     if is_sharded(t, res.learner.count):
         p.append(
             f"{why}: it needs one learner actor, not an FSDP rank group (resources.learner.count={res.learner.count}, "
-            f"training.mixed_precision={t.mixed_precision}, training.cpu_offload={t.cpu_offload})"
+            f"training.cpu_offload={t.cpu_offload})"
         )
     return p
 
@@ -111,5 +111,6 @@ def with_layout(cfg: Config) -> Config:
 
 def is_sharded(training: TrainingConfig, count: int) -> bool:
     """Whether a role (learner, reference, critic) of `count` actors runs as an FSDP rank group
-    (relay/update/fsdp.py; here, without torch: validation and the driver never import it)."""
-    return count > 1 or training.mixed_precision != "none" or training.cpu_offload
+    (relay/update/fsdp.py; here, without torch: validation and the driver never import it). One
+    actor runs training.mixed_precision itself, under autocast (relay/update/precision.py)."""
+    return count > 1 or training.cpu_offload
