@@ -10,6 +10,7 @@ from pathlib import Path
 from actors.weights import sync_weights
 from relay.config import Config, ConfigError, resolve_dotted
 from relay.config.sft import TASK_DEMONSTRATIONS
+from relay.envs import bfcl
 from relay.envs.demonstrations import batches, episode_from_messages, read_demonstrations, tool_call_problem
 from relay.envs.tool_tasks import TOOL_TASKS
 from relay.run.loggers import JsonlLogger
@@ -29,7 +30,7 @@ def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
             raise ConfigError([str(e)]) from None
         return conversations[: s.num_demonstrations or None]
     rows = train_rows[: s.steps * s.batch_size]
-    task = TOOL_TASKS.get(cfg.task.name)
+    task = bfcl if cfg.task.name == "bfcl" else TOOL_TASKS.get(cfg.task.name)  # a module with demonstrations(rows)
     write = task.demonstrations if task else resolve_dotted(cfg.task.env).demonstrations
     conversations = [row["messages"] for row in write(rows)][: s.num_demonstrations or None]
     for n, messages in enumerate(conversations, 1):

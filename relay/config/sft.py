@@ -46,7 +46,7 @@ def validate_sft(sft: SftConfig, task_name: str, env_class: type | None) -> list
     if not sft.lr > 0:
         p.append(f"sft.lr: must be > 0, got {sft.lr}")
     if sft.data == TASK_DEMONSTRATIONS:
-        if task_name not in TOOL_TASK_TOOLS and not hasattr(env_class, "demonstrations"):
+        if task_name not in (*TOOL_TASK_TOOLS, "bfcl") and not hasattr(env_class, "demonstrations"):
             p.append(
                 "sft.data: 'task' needs a task that writes demonstrations (a built-in tool task such as task.name=chat_tool, or a task.env "
                 "class with demonstrations(rows)); give a .jsonl file of {\"messages\": [...]} rows instead"

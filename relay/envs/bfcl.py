@@ -28,6 +28,9 @@ parallel categories), else 0.0. Irrelevance categories: 1.0 when the reply holds
 BFCL scores them. Metrics split by category in a mix: `reward/<category>`,
 `eval/<category>/accuracy` (relay.envs.reasoning_gym.by_dataset reads ground_truth["dataset"]).
 
+Demonstrations (sft.data: task): training rows answered with their possible answers' first
+allowed values, in the run's call format, each one checked by the same checker.
+
 The checker's module imports `bfcl_eval.constants.model_config`, which imports every vendor's
 SDK the package's runners use. The checker reads it only to learn whether a model's API renamed
 "." to "_" in function names; relay's calls keep the names as written, so a stand-in module
@@ -163,3 +166,50 @@ def check(truth: dict[str, Any], text: str) -> dict[str, Any]:
 def bfcl_reward(sample, env=None) -> float:
     """1.0 when BFCL's checker accepts the final turn's calls, else 0.0."""
     return 1.0 if check(sample.ground_truth, sample.final_text)["valid"] else 0.0
+
+
+_ABSENT = object()
+
+
+def _first(options: list) -> Any:
+    """A possible answer's first allowed value; "" allows leaving an optional argument out."""
+    return next((o for o in options if o != ""), _ABSENT)
+
+
+def _value(option: Any) -> Any:
+    """One allowed value written out: a dict's values are lists of allowed values again."""
+    if isinstance(option, dict):
+        picked = {k: _first(v) if isinstance(v, list) else v for k, v in option.items()}
+        return {k: _value(v) for k, v in picked.items() if v is not _ABSENT}
+    if isinstance(option, list):
+        return [_value(v) for v in option]
+    return option
+
+
+def reply(calls: list[tuple[str, dict]], parser: str) -> str:
+    """The calls as a reply in a parser's format: the text the system prompt asks for."""
+    if parser in ("function_call", "pythonic"):
+        args = lambda a: ", ".join(f"{k}={v!r}" for k, v in a.items())  # noqa: E731  Python literals
+        return "[" + ", ".join(f"{name}({args(a)})" for name, a in calls) + "]"
+    objects = [json.dumps({"name": name, "arguments": a}) for name, a in calls]
+    if parser == "hermes":
+        return "\n".join(f"<tool_call>\n{o}\n</tool_call>" for o in objects)
+    return "\n".join(objects)
+
+
+def demonstrations(rows: list[dict]) -> list[dict]:
+    """For the supervised stage (sft.data: task): each training row answered with the first allowed
+    value of every argument of its possible answer, in the run's call format, kept only when BFCL's
+    checker accepts it; irrelevance rows answered with a refusal. A small instruct model writes no
+    call BFCL can read (docs/tasks.md), so reward needs this start."""
+    out = []
+    for row in rows:
+        truth = row["ground_truth"]
+        if truth["answer"] is None:
+            text = "None of the functions can be used for this question."
+        else:
+            calls = [(name, _value(args)) for answer in truth["answer"] for name, args in answer.items()]
+            text = reply(calls, truth["parser"])
+        if check(truth, text)["valid"]:
+            out.append({"messages": [*row["messages"], {"role": "assistant", "content": text}]})
+    return out

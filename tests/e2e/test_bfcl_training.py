@@ -18,6 +18,8 @@ BFCL = [
     "tools.parser=hermes",
     "task.num_train_rows=8",
     "task.num_eval_rows=4",
+    "sft.steps=1",  # the task's demonstrations: BFCL's possible answers as calls
+    "sft.batch_size=2",
     "rollout.n=2",
     "rollout.max_new_tokens=8",
     "training.steps=2",
@@ -29,10 +31,11 @@ BFCL = [
 ]
 
 
-def test_the_tiny_model_trains_two_steps_on_bfcl(tmp_path, ray_session):
+def test_the_tiny_model_trains_a_supervised_step_and_two_rl_steps_on_bfcl(tmp_path, ray_session):
     summary = driver.train(load_config(None, [f"run.output_dir={tmp_path}", *BFCL]))
     steps = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2
+    assert (Path(summary["run_dir"]) / "sft_metrics.jsonl").read_text().count("sft/nll") == 1
     assert all(m["reward/errors"] == 0 for m in steps)  # the checker scored every reply
     assert "actor/loss" in steps[-1]
     assert {"reward/simple_python", "reward/parallel"} <= set(steps[-1])

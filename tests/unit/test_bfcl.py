@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from relay.config import ConfigError, load_config
-from relay.envs.bfcl import CALL_SYNTAX, bfcl_reward, read_category, split
+from relay.envs.bfcl import CALL_SYNTAX, bfcl_reward, demonstrations, read_category, split
 from relay.envs.reasoning_gym import by_dataset
 from relay.envs.tool_tasks import overlap, question
 from relay.run.folder import task_rows
@@ -121,6 +121,19 @@ def test_irrelevance_rows_score_a_reply_without_calls():
     row = task_rows(cfg)[1][0]
     assert reward(row, "None of these functions can answer that.") == 1.0
     assert reward(row, hermes(row["ground_truth"]["functions"][0]["name"], {})) == 0.0
+
+
+@pytest.mark.parametrize("parser", ["hermes", "function_call", "json"])
+def test_demonstrations_answer_training_rows_with_calls_the_checker_accepts(parser):
+    cats = "task.categories=[simple_python, multiple, parallel, parallel_multiple, irrelevance]"
+    train = task_rows(bfcl_config(cats, f"tools.parser={parser}", "task.num_train_rows=300", "task.num_eval_rows=5"))[0]
+    demos = demonstrations(train)
+    assert len(demos) >= 0.98 * len(train)  # the few left out: no first allowed value the checker takes
+    by_question = {question(r): r for r in train}
+    for demo in demos:
+        *prompt, answer = demo["messages"]
+        row = by_question[question({"messages": prompt})]
+        assert answer["role"] == "assistant" and reward(row, answer["content"]) == 1.0
 
 
 def test_metrics_are_split_by_category_in_a_mix():
