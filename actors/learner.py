@@ -63,7 +63,16 @@ class Reference(RankGroupMember):
         self.training, self.temperature = settings.training, settings.temperature
         self.device = actor_device()
         m = settings.model
-        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device).eval()
+        self.model = (
+            load_model(
+                model_path,
+                master_dtype(m, self.training),
+                m.trust_remote_code,
+                attn_implementation=m.attn_implementation,
+            )
+            .to(self.device)
+            .eval()
+        )
         autocast_forward(self.model, self.training, self.device)  # training.mixed_precision (relay/update/precision.py)
         self.ranks = RankMember()
 
@@ -87,7 +96,9 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self.objective = Objective.from_settings(settings.algorithm, settings.tis_cap)
         self.device = actor_device()
         m = settings.model
-        self.model = load_model(model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation).to(self.device)
+        self.model = load_model(
+            model_path, master_dtype(m, self.training), m.trust_remote_code, attn_implementation=m.attn_implementation
+        ).to(self.device)
         # training.mixed_precision bf16: float32 masters, bf16 matmuls (relay/update/precision.py); on
         # the transformers model itself, which a peft wrapper's forward reaches too
         autocast_forward(self.model, self.training, self.device)

@@ -56,7 +56,10 @@ def connect(cfg: Config) -> None:
         if address:
             misfit.append(f"this run joins the cluster at {address}")
         if misfit:
-            say("the local Ray started for an earlier run does not fit this one, so it starts anew: " + "; ".join(misfit))
+            say(
+                "the local Ray started for an earlier run does not fit this one, so it starts anew: "
+                + "; ".join(misfit)
+            )
             local_ray.stop()
     if not ray.is_initialized():
         if address:
@@ -302,7 +305,9 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if res.colocate:  # restarted and restored as a learner is
             make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
             lives = res.learner_restores
-            actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[0]
+            actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[
+                0
+            ]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
             actors.rollout = create_group(

@@ -34,8 +34,8 @@ from relay.envs.data import PromptIterator
 from relay.failures import ActorLost, raised_line
 from relay.fault_points import hit
 from relay.run import metric_keys as keys
-from relay.run.folder import merge_rollout_metrics
 from relay.run.pipeline import Group, GroupBuffer
+from relay.run.step_metrics import merge_rollout_metrics
 from relay.types import Sample
 
 # Every call the buffer has room for is started at once, spread over the workers, and queues on its
@@ -373,7 +373,9 @@ class RolloutProducer:
         faults.log(f"relay: fault: rollout-{w} weight load: {why}; loading them again")
         weights, version = faults.weights
         load = lambda: worker.update_weights.remote(weights() if callable(weights) else weights, version)  # noqa: E731
-        faults.get_all([Call(worker, load, f"rollout-{w} weight load", on_restart=lambda: faults.resend_weights(worker))])
+        faults.get_all(
+            [Call(worker, load, f"rollout-{w} weight load", on_restart=lambda: faults.resend_weights(worker))]
+        )
         faults.count("retried_calls")
 
     def state_dict(self) -> dict:

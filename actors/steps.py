@@ -32,7 +32,7 @@ from relay.envs.scoring import trainable
 from relay.envs.textarena import invalid_move_metrics
 from relay.failures import ActorLost, step_failures
 from relay.run import metric_keys as keys
-from relay.run.folder import PhaseTimer, eval_metrics, merge_rollout_metrics, split
+from relay.run.step_metrics import PhaseTimer, eval_metrics, merge_rollout_metrics, split
 from relay.types import Sample
 from relay.update.dapo import mixed_groups, punish_overlong
 
@@ -195,7 +195,9 @@ class ActorCalls:
                 faults.count("actor_errors")
             except ActorLost:  # hung, and killed to be restarted
                 pass
-            faults.log(f"relay: fault: reference logprobs: the reference was lost; restarting it (attempt {attempt + 1})")
+            faults.log(
+                f"relay: fault: reference logprobs: the reference was lost; restarting it (attempt {attempt + 1})"
+            )
             restarted = (
                 reference.restart(ranks, faults.rollout_timeout_s)
                 if isinstance(reference, RankGroup)

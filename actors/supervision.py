@@ -353,6 +353,8 @@ class actor_loss_stops:
             raise type(lost)(str(lost), self.run_dir) from exc
         if exc_type is not None and issubclass(exc_type, RayActorError):
             raise ActorLost(actor_error_line(exc), self.run_dir) from exc
-        if exc_type is not None and issubclass(exc_type, OutOfMemoryError):  # Ray's memory monitor killed a call's worker
+        if exc_type is not None and issubclass(
+            exc_type, OutOfMemoryError
+        ):  # Ray's memory monitor killed a call's worker
             raise ActorLost(f"killed for memory: {str(exc).strip().splitlines()[0][:300]}", self.run_dir) from exc
         return False

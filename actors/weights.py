@@ -106,7 +106,9 @@ class BroadcastGroup:
                 if learner_lost(learner):
                     faults.get(learner_refs, learner, "weight broadcast")  # raises the learner's death
             faults.count("timeouts" if pending else "actor_errors")
-            faults.log(f"relay: fault: weight broadcast v{version} failed; restarting the rollout workers to re-form it")
+            faults.log(
+                f"relay: fault: weight broadcast v{version} failed; restarting the rollout workers to re-form it"
+            )
             self.restart_members(faults, learner, workers, learner_refs)
             faults.count("retried_calls")
         raise ActorLost(f"the weight broadcast failed {ATTEMPTS_PER_CALL} times in a row")

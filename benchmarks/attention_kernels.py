@@ -28,7 +28,9 @@ def decode_step_s(model, batch: int, context: int, steps: int = 8) -> float:
         start = time.perf_counter()
         for i in range(steps):
             step_mask = torch.cat([mask, torch.ones(batch, i + 1, dtype=mask.dtype)], 1)
-            past = model(input_ids=ids[:, -1:], attention_mask=step_mask, past_key_values=past, use_cache=True).past_key_values
+            past = model(
+                input_ids=ids[:, -1:], attention_mask=step_mask, past_key_values=past, use_cache=True
+            ).past_key_values
     return (time.perf_counter() - start) / steps
 
 

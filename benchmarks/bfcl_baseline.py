@@ -26,7 +26,8 @@ from relay.config import load_config  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.engines.hf import HFEngine  # noqa: E402
 from relay.envs.bfcl import bfcl_reward, calls_in  # noqa: E402
-from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
+from relay.run.rows import task_rows  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smol_bfcl.yaml"
 

@@ -185,7 +185,9 @@ def matrix(args) -> None:
         table[(o.cell.mode, o.cell.layout, "passed")] += o.passed()
         table[(o.cell.mode, o.cell.layout, "total")] += 1
     for mode, layout in sorted({(m, lay) for m, lay, _ in table}):
-        print(f"chaos matrix {mode}/{layout}: {table[(mode, layout, 'passed')]}/{table[(mode, layout, 'total')]} passed")
+        print(
+            f"chaos matrix {mode}/{layout}: {table[(mode, layout, 'passed')]}/{table[(mode, layout, 'total')]} passed"
+        )
 
 
 def main() -> None:

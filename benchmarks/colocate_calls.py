@@ -37,7 +37,8 @@ def main() -> None:
     from relay.config import load_config
     from relay.envs.data import PromptIterator
     from relay.envs.scoring import trainable
-    from relay.run.folder import resolve_model_path, task_rows
+    from relay.run.model_source import resolve_model_path
+    from relay.run.rows import task_rows
 
     setting = [f"training.prompts_per_step={a.prompts}", "rollout.max_new_tokens=8"]
     if a.peer_trl:

@@ -33,7 +33,8 @@ def main() -> None:
     from relay.algos.advantages import compute_advantages
     from relay.config import load_config
     from relay.envs.data import PromptIterator
-    from relay.run.folder import resolve_model_path, task_rows
+    from relay.run.model_source import resolve_model_path
+    from relay.run.rows import task_rows
     from relay.types import Batch
 
     torch.set_num_threads(1)

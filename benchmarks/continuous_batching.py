@@ -27,7 +27,8 @@ from relay.config import load_config, resolve_dotted  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.envs.base import EnvRunner  # noqa: E402
 from relay.envs.contract import EnvMaker  # noqa: E402
-from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
+from relay.run.rows import task_rows  # noqa: E402
 
 
 class CountingEngine:

@@ -148,7 +148,9 @@ def main() -> None:
     restore = next(float(m.group(1)) for line in lines if (m := re.search(r"replayed updates in ([\d.]+) s", line)))
     step_s = statistics.median(m["time/step_s"] for m in killed if m["faults/learner_restores"] == 0)
     print(f"(a) recovery: {went_on - died:.1f} s from the learner's death in step {args.kill_step}'s update to")
-    print(f"    the step's report ({args.kill_step - 1} updates replayed from the run's start): restore {restore:.1f} s,")
+    print(
+        f"    the step's report ({args.kill_step - 1} updates replayed from the run's start): restore {restore:.1f} s,"
+    )
     print(f"    the rest (Ray's restart, the model load, the redone update and sync) {went_on - died - restore:.1f} s;")
     print(f"    an undisturbed step takes {step_s:.2f} s (median)")
 
@@ -168,7 +170,9 @@ def main() -> None:
         )
     per_update = statistics.median(b for b, _ in sizes)
     most = max(b * n for b, n in sizes)
-    print(f"(c) kept inputs: {per_update / 1024:.1f} KiB per update, at most {most / 1024:.1f} KiB over {len(sizes)} updates")
+    print(
+        f"(c) kept inputs: {per_update / 1024:.1f} KiB per update, at most {most / 1024:.1f} KiB over {len(sizes)} updates"
+    )
 
 
 if __name__ == "__main__":

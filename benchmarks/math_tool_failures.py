@@ -127,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(CONFIG, [f"run.seed={args.seed}", f"task.num_eval_rows={args.rows}"])
-    rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)  # relay/run/folder.py task_rows
+    rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)  # relay/run/rows.py task_rows
     executor = ToolExecutor(cfg.tools.sandbox_limits, cfg.tools.sandbox, max_workers=cfg.tools.max_workers)
     print(
         f"{'model':<40} " + " ".join(f"{k:>10}" for k in (*OUTCOMES, "answer_logp", "answer_argmax", "copy_accuracy"))

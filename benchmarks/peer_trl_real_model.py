@@ -53,7 +53,7 @@ def recipe(seed: int, extra: list[str] = ()):
 
 def model_folder() -> Path:
     """The recipe's model as relay loads it: the folder converted once from the GGUF file."""
-    from relay.run.folder import resolve_model_path
+    from relay.run.model_source import resolve_model_path
 
     return Path(resolve_model_path(recipe(0)))
 
@@ -61,7 +61,7 @@ def model_folder() -> Path:
 def write_rows(seed: int) -> tuple[Path, list[dict]]:
     """The rows TRL trains on (relay's draw order for the seed) as a file, and the held-out rows."""
     from relay.envs.data import PromptIterator
-    from relay.run.folder import task_rows
+    from relay.run.rows import task_rows
 
     cfg = recipe(seed)
     train_rows, held_out = task_rows(cfg)

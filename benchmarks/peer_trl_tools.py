@@ -61,7 +61,7 @@ def trainer(folder: str, template: str | None, steps: int, out: str):
     from trl import GRPOConfig, GRPOTrainer
 
     from relay.config import load_config
-    from relay.run.folder import task_rows
+    from relay.run.rows import task_rows
 
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_config(str(REPO / "configs" / "smol_tool.yaml"), ["run.seed=0"])
@@ -117,7 +117,7 @@ def main() -> int:
     import trl.chat_template_utils as templates
 
     from relay.config import load_config
-    from relay.run.folder import resolve_model_path
+    from relay.run.model_source import resolve_model_path
 
     folder = resolve_model_path(load_config(str(REPO / "configs" / "smol_tool.yaml"), []))
     attempt("SmolLM2's own template", folder, None, a.steps)

@@ -76,7 +76,10 @@ def run_task(config: str, args, extra: list[str]) -> list[dict]:
             if r is None:
                 continue
             row["sft_only"][steps] = r
-            print(f"{task_of(config)} seed {seed}: SFT only, {steps} steps: held-out {describe(r, 'accuracy')}", flush=True)
+            print(
+                f"{task_of(config)} seed {seed}: SFT only, {steps} steps: held-out {describe(r, 'accuracy')}",
+                flush=True,
+            )
         for variant in args.variants:
             name = f"{task_of(config)}-{variant}-s{seed}"
             r = one_run(config, seed, [*VARIANTS[variant], *extra], args.out, name, args.reuse)
@@ -103,7 +106,9 @@ def report(rows: list[dict], variant: str) -> None:
         gains = []
         for row in (r for r in rows if r["task"] == task and variant in r["runs"]):
             rl = row["runs"][variant]
-            sft_only = [r["accuracy_after_sft"] for r in row["sft_only"].values()] + [rl.get("accuracy_after_sft", float("nan"))]
+            sft_only = [r["accuracy_after_sft"] for r in row["sft_only"].values()] + [
+                rl.get("accuracy_after_sft", float("nan"))
+            ]
             best = max((v for v in sft_only if v == v), default=float("nan"))
             gains.append(rl["accuracy_after"] - best)
             print(
@@ -112,7 +117,9 @@ def report(rows: list[dict], variant: str) -> None:
             )
         if gains:
             spread = statistics.stdev(gains) if len(gains) > 1 else float("nan")
-            print(f"{task} {variant}: SFT+RL minus best SFT only, mean {statistics.fmean(gains):+.3f} (sd {spread:.3f}, {len(gains)} seeds)")
+            print(
+                f"{task} {variant}: SFT+RL minus best SFT only, mean {statistics.fmean(gains):+.3f} (sd {spread:.3f}, {len(gains)} seeds)"
+            )
 
 
 def plot(rows: list[dict], variant: str, path: Path) -> None:
@@ -144,7 +151,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", "--config", nargs="+", default=["configs/smol_arith.yaml"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--sft-only-steps", type=int, nargs="*", default=[], help="SFT-only step counts (configs with sft.*)")
+    ap.add_argument(
+        "--sft-only-steps", type=int, nargs="*", default=[], help="SFT-only step counts (configs with sft.*)"
+    )
     ap.add_argument("--variants", nargs="+", default=["full"], choices=list(VARIANTS))
     ap.add_argument("--model", help="model.path override (a folder, a .gguf, or a short name)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "real-model-learning")

@@ -27,7 +27,8 @@ def main() -> None:
     from actors.serializable import unpicklable
     from relay.config import load_config
     from relay.envs.data import PromptIterator
-    from relay.run.folder import resolve_model_path, task_rows
+    from relay.run.model_source import resolve_model_path
+    from relay.run.rows import task_rows
 
     torch.set_num_threads(1)
     cfg = load_config(None, a.overrides)

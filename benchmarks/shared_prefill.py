@@ -29,7 +29,8 @@ from relay.engines.base import SamplingParams  # noqa: E402
 from relay.engines.hf import HFEngine  # noqa: E402
 from relay.envs.chat import ChatFormat  # noqa: E402
 from relay.envs.data import row_messages  # noqa: E402
-from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
+from relay.run.rows import task_rows  # noqa: E402
 
 
 def timed(engine: HFEngine, prompts: list[list[int]], sampling: SamplingParams) -> tuple[float, list]:

@@ -28,7 +28,8 @@ from relay.config import load_config  # noqa: E402
 from relay.envs.chat import ChatFormat  # noqa: E402
 from relay.envs.data import row_messages  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
-from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
+from relay.run.rows import task_rows  # noqa: E402
 from relay.types import Batch, Sample  # noqa: E402
 from relay.update.policy import _response_columns, shared_prompt_logits  # noqa: E402
 

@@ -4,7 +4,7 @@
 
 In one process, no Ray: the driver's agent loop, TextArenaEnv and configs/smol_textarena.yaml's
 limits (rollout.max_turns and the token budgets), greedy, on the held-out seeds of run.seed=0
-(relay/run/folder.py task_rows). GAME is `ID` or `ID:ARG=VALUE,...` (the game's env_args); a
+(relay/run/rows.py task_rows). GAME is `ID` or `ID:ARG=VALUE,...` (the game's env_args); a
 two-player game plays task.opponent=random. Per game it prints the win rate (reward >= 1), the mean
 return, invalid moves per episode, the share of games an invalid move ended, the share of episodes
 relay's limits cut, and the seconds taken.
@@ -31,7 +31,8 @@ from relay.engines.hf import HFEngine  # noqa: E402
 from relay.envs.base import EnvRunner  # noqa: E402
 from relay.envs.contract import EnvMaker  # noqa: E402
 from relay.envs.textarena import TextArenaEnv, invalid_move_metrics  # noqa: E402
-from relay.run.folder import resolve_model_path, task_rows  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
+from relay.run.rows import task_rows  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smol_textarena.yaml"
 # Turn limits under the recipe's rollout.max_turns (6): a game relay cuts short is not a win.

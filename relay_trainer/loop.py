@@ -29,13 +29,17 @@ from relay.envs.data import PromptIterator
 from relay.failures import FailureWatch
 from relay.health import HealthMonitor, batch_signals, held_out_sample
 from relay.run import metric_keys as keys
-from relay.run.folder import PhaseTimer, create_run_folder, resolve_model_path, run_folder, summarize, task_rows
+from relay.run.folder import create_run_folder, run_folder
 from relay.run.loggers import make_loggers
+from relay.run.model_source import resolve_model_path
 from relay.run.pipeline import pipeline_metrics
 from relay.run.progress import phase
 from relay.run.resume import resume_checkpoint
+from relay.run.rows import task_rows
 from relay.run.samples import SampleWriter
+from relay.run.step_metrics import PhaseTimer
 from relay.run.stop import HealthStopped, StopOnSignal
+from relay.run.summary import summarize
 from relay.update.kl_control import make_kl_controller
 
 

@@ -156,7 +156,7 @@ class RayPPOTrainer:
     def _iters_per_epoch(self, cfg: Config) -> int:
         if self.dataset is None:
             return 1
-        from relay.run.folder import task_rows
+        from relay.run.rows import task_rows
 
         return max(1, len(task_rows(cfg)[0]) // cfg.training.prompts_per_step)
 

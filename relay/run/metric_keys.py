@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 def phase_seconds(phase: str) -> str:
-    """The key of a phase's wall time in one step (relay.run.folder.PhaseTimer writes it)."""
+    """The key of a phase's wall time in one step (relay.run.step_metrics.PhaseTimer writes it)."""
     return f"time/{phase}_s"
 
 

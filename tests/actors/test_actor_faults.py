@@ -20,7 +20,7 @@ from actors.pools import actor_pools
 from actors.weights import sync_weights
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
 REPO = Path(__file__).resolve().parents[2]

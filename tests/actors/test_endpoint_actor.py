@@ -12,7 +12,7 @@ import ray
 from actors.pools import actor_pools, connect
 from actors.restarts import wait_restarted
 from relay.config import load_config
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 
 
 def ask(url: str, token: str) -> str:

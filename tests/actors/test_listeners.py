@@ -8,7 +8,7 @@ import ray
 
 from actors.pools import actor_pools, connect
 from relay.config import load_config
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 
 
 def is_loopback(ip: str) -> bool:

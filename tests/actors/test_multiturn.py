@@ -17,7 +17,7 @@ from actors.rollout import RolloutWorker
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
 from relay.envs.textgame import TextGameEnv
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 from relay.tools.calls import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 

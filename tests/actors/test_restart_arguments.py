@@ -15,7 +15,8 @@ import ray
 
 from actors.pools import actor_pools
 from relay.config import load_config
-from relay.run.folder import resolve_model_path, task_rows
+from relay.run.model_source import resolve_model_path
+from relay.run.rows import task_rows
 from relay.tools.sandbox import SandboxConfig, sandbox_available
 
 REPO = Path(__file__).resolve().parents[2]

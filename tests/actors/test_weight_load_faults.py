@@ -21,7 +21,7 @@ from actors.pools import actor_pools
 from actors.supervision import actor_error_line
 from actors.weights import sync_weights
 from relay.config import load_config
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 
 REPO = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S = 10.0, 120.0

@@ -117,7 +117,9 @@ def test_a_learner_hung_in_its_update_is_killed_at_the_deadline_and_restored_in_
     run_dir = tmp_path / "learner-hang-restore"
     hung = f"learner-hang-restore/learner-0 update: no answer within {UPDATE_TIMEOUT_S:g}s (resources.update_timeout_s)"
     assert f"relay: fault: {hung}; killing it, to restore it" in out
-    assert "learner-hang-restore/learner-0 update: no answer within its deadline; restored from step_00000002 + 1" in out
+    assert (
+        "learner-hang-restore/learner-0 update: no answer within its deadline; restored from step_00000002 + 1" in out
+    )
     assert "the run stopped" not in out
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3, 4]

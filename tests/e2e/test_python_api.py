@@ -176,7 +176,7 @@ def test_fit_reports_config_mistakes_at_once_before_any_actor_starts(tmp_path):
 
 
 def test_a_dataset_of_rows_becomes_the_runs_training_rows(tmp_path):
-    from relay.run.folder import task_rows
+    from relay.run.rows import task_rows
 
     rows = [{"prompt": f"{i}+1=", "ground_truth": str(i + 1)} for i in range(40)]
     trainer = RayPPOTrainer(small(ConfigStore(), tmp_path), dataset=rows)  # 16 samples = 4 prompts per step

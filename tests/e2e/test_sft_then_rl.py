@@ -21,7 +21,10 @@ SMALL = [
 def write_demonstrations(path, rows):
     with open(path, "w") as f:
         for row in rows:
-            messages = [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["ground_truth"]}]
+            messages = [
+                {"role": "user", "content": row["prompt"]},
+                {"role": "assistant", "content": row["ground_truth"]},
+            ]
             f.write(json.dumps({"messages": messages}) + "\n")
 
 
@@ -38,7 +41,10 @@ def test_sft_then_rl_reports_three_held_out_numbers(tmp_path, capsys, ray_sessio
     summary = json.loads((run / "summary.json").read_text())
     assert {"accuracy_before", "accuracy_after_sft", "accuracy_after"} <= set(summary)
     out = capsys.readouterr().out
-    assert f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after_sft']:.3f} (after SFT) -> " in out
+    assert (
+        f"held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after_sft']:.3f} (after SFT) -> "
+        in out
+    )
 
 
 def test_a_bad_demonstration_line_stops_before_any_actor(tmp_path, capsys, ray_session):

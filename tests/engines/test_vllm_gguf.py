@@ -14,7 +14,7 @@ from relay.config import load_config  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.models.loading import load_model  # noqa: E402
-from relay.run.folder import resolve_model_path  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
 from tests.engine_checks import max_logprob_diff  # noqa: E402
 from tests.gguf_files import write_tiny_gguf  # noqa: E402
 

@@ -12,7 +12,7 @@ from relay.config import ConfigError, load_config
 from relay.envs.bfcl import CALL_SYNTAX, bfcl_reward, demonstrations, read_category, split
 from relay.envs.reasoning_gym import by_dataset
 from relay.envs.tool_tasks import overlap, question
-from relay.run.folder import task_rows
+from relay.run.rows import task_rows
 
 pytest.importorskip("bfcl_eval")
 

@@ -6,7 +6,7 @@ import pytest
 
 from relay.config import ConfigError, load_config
 from relay.envs.chat_arithmetic import chat_arithmetic_reward, make_rows, problem_space, split_problems
-from relay.run.folder import task_rows
+from relay.run.rows import task_rows
 
 
 def test_held_out_problems_are_never_trained_on_and_fixed_by_the_seed():
@@ -28,7 +28,14 @@ def test_rows_ask_in_words_and_hold_the_answer():
 
 @pytest.mark.parametrize(
     ("text", "reward"),
-    [("126", 1.0), ("14 * 9 = 126", 1.0), ("126.", 1.0), ("The answer is 125", 0.0), ("To multiply 14 by", 0.0), ("", 0.0)],
+    [
+        ("126", 1.0),
+        ("14 * 9 = 126", 1.0),
+        ("126.", 1.0),
+        ("The answer is 125", 0.0),
+        ("To multiply 14 by", 0.0),
+        ("", 0.0),
+    ],
 )
 def test_the_reward_reads_the_last_integer(text, reward):
     assert chat_arithmetic_reward(SimpleNamespace(final_text=text, ground_truth="126")) == reward
@@ -42,4 +49,6 @@ def test_config_builds_disjoint_rows_and_names_bad_settings():
     with pytest.raises(ConfigError, match=r"task\.ops: choose from \+ - \*"):
         load_config(None, ["task.name=chat_arithmetic", "task.ops=/"])
     with pytest.raises(ConfigError, match="task.num_eval_rows: 300 held-out problems leave none to train on"):
-        load_config(None, ["task.name=chat_arithmetic", "task.ops='*'", "task.operand_max=18", "task.num_eval_rows=300"])
+        load_config(
+            None, ["task.name=chat_arithmetic", "task.ops='*'", "task.operand_max=18", "task.num_eval_rows=300"]
+        )

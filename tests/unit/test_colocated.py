@@ -14,7 +14,7 @@ from relay.config import ConfigError, load_config
 from relay.config.role_settings import PolicySettings
 from relay.envs.scoring import trainable
 from relay.run import metric_keys as keys
-from relay.run.folder import task_rows
+from relay.run.rows import task_rows
 from relay.types import Batch
 
 SMALL = ["training.prompts_per_step=4", "rollout.n=4", "training.micro_batch_size=8"]
@@ -83,7 +83,10 @@ def test_one_call_step_is_the_rollout_then_the_update(tiny_model_path):
     "overrides, line",
     [
         (["training.mode=async"], "it needs training.mode=sync, not async"),
-        (["rollout.engine=vllm"], "the vllm engine cannot generate from the learner's own module (engines that can: hf"),
+        (
+            ["rollout.engine=vllm"],
+            "the vllm engine cannot generate from the learner's own module (engines that can: hf",
+        ),
         (["resources.rollout.count=2", "training.prompts_per_step=4"], "it needs resources.rollout.count=1, not 2"),
         (["resources.learner.count=2"], "not an FSDP rank group (resources.learner.count=2"),
     ],

@@ -21,7 +21,7 @@ from relay.envs.scoring import Scorer, neutralize_reward_errors, trainable
 from relay.envs.trajectory import reward_value
 from relay.failures import FailureWatch, RunFailed
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.run.folder import eval_metrics
+from relay.run.step_metrics import eval_metrics
 from relay.types import Sample
 from tests.agent_scripts import EOS, ScriptedEngine
 

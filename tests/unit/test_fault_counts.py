@@ -39,7 +39,10 @@ def test_a_dead_actor_leaves_the_run_as_actor_lost_naming_the_run_folder(tmp_pat
         raise ActorLost("rollout-0 rollout shard failed on 4 replacements in a row")
     assert raised.value.run_dir == tmp_path and "4 replacements" in str(raised.value)
     memory = OutOfMemoryError("2 worker(s) were killed due to the node running low on memory.\nRefer to ...")
-    with pytest.raises(ActorLost, match="^killed for memory: 2 worker.s. were killed .*memory.$"), actor_loss_stops(tmp_path):
+    with (
+        pytest.raises(ActorLost, match="^killed for memory: 2 worker.s. were killed .*memory.$"),
+        actor_loss_stops(tmp_path),
+    ):
         raise memory  # one line and the resume command (or resources.auto_resume), not Ray's traceback
 
 

@@ -17,7 +17,7 @@ from relay.engines import make_engine  # noqa: E402
 from relay.models import gguf_folder  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
 from relay.models.resolve import model_folder  # noqa: E402
-from relay.run.folder import resolve_model_path  # noqa: E402
+from relay.run.model_source import resolve_model_path  # noqa: E402
 from tests.gguf_files import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 TEXTS = ["the cat in the hat", "Hello, world!\n\n  x = 12*7\tok", "<|im_start|>user\nhi<|im_end|>\n", "ünï 日本 🙂"]

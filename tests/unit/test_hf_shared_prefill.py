@@ -200,7 +200,10 @@ def test_a_long_shared_prefix_is_prefilled_once_and_rows_match_unshared(engines)
     rows = [system + encode_chat(tokenizer, row["prompt"]) for row in make_rows(6, seed=3, digits=2)]
     rows[1] += tokenizer(" and more text", add_special_tokens=False).input_ids  # rows of different lengths
     assert shared_prefix_length(rows) >= MIN_SHARED_PREFIX
-    for sampling in (SamplingParams(temperature=0.0, max_tokens=8), SamplingParams(temperature=1.0, max_tokens=8, seed=3)):
+    for sampling in (
+        SamplingParams(temperature=0.0, max_tokens=8),
+        SamplingParams(temperature=1.0, max_tokens=8, seed=3),
+    ):
         shapes: list[tuple[int, int]] = []
         hook = generation_module(shared.model).register_forward_pre_hook(
             lambda module, args, inputs, seen=shapes: seen.append(tuple(inputs["input_ids"].shape)), with_kwargs=True

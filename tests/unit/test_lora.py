@@ -15,7 +15,7 @@ from relay.config import ConfigError, load_config
 from relay.config.role_settings import PolicySettings
 from relay.models.loading import load_model
 from relay.models.lora import MERGED_FOLDER, adapter_state_dict, engine_state_dict, trainable_fraction
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 from relay.types import Batch, Sample
 from relay.update.policy import compute_logprobs
 

@@ -17,7 +17,7 @@ from relay.engines.base import Completion, SamplingParams
 from relay.envs import chat
 from relay.envs.chat import ChatFormat, resolve_prompt_format
 from relay.models.tokenizer import build_tiny_tokenizer
-from relay.run.folder import summarize
+from relay.run.summary import summarize
 
 TEXTS = ["3+4=", "12 + 7 =", "what is 9+9?\nanswer:", ""]
 

@@ -10,7 +10,7 @@ import pytest
 from relay.config import ConfigError, load_config
 from relay.envs.reasoning_gym import INSTRUCTION, by_dataset, extract_answer, reasoning_gym_reward, shares
 from relay.envs.tool_tasks import overlap, question
-from relay.run.folder import task_rows
+from relay.run.rows import task_rows
 
 pytest.importorskip("reasoning_gym")
 

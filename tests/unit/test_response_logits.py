@@ -78,7 +78,10 @@ def test_shared_prompts_give_the_full_forwards_logits_and_gradients(
     shared = shared_prompt_logits(model, batch)
     # too few prompt tokens repeat here for the second pass to pay: one full forward
     assert prompt_tokens_skipped(batch) < policy.SHARED_PROMPT_MIN_SKIPPED_TOKENS
-    assert torch.equal(response_logits(model, batch), _response_columns(model, batch, logits_to_keep=batch.responses.shape[1] + 1).float())
+    assert torch.equal(
+        response_logits(model, batch),
+        _response_columns(model, batch, logits_to_keep=batch.responses.shape[1] + 1).float(),
+    )
     monkeypatch.setattr(policy, "SHARED_PROMPT_MIN_SKIPPED_TOKENS", 0)
     assert shared is not None and torch.equal(response_logits(model, batch), shared.float())
     (shared.float() * weights).sum().backward()
@@ -93,4 +96,3 @@ def test_shared_prompts_give_the_full_forwards_logits_and_gradients(
     # float summation order only: up to 8e-6 of a gradient's norm over 8 adapter initializations
     for name, grad in full_grads.items():
         assert (shared_grads[name] - grad).norm() <= 3e-5 * grad.norm(), name
-

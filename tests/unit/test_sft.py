@@ -53,8 +53,14 @@ def test_a_demonstration_is_the_episode_the_agent_loop_would_record(tok):
     [
         ([{"role": "user", "content": "hi"}], "no assistant message"),
         ([{"role": "assistant", "content": "7"}], "a prompt must come before it"),
-        ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "tool", "content": "c"}], "end with the assistant's"),
-        ([{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": []}], "message 2 needs a string role and string content"),
+        (
+            [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "tool", "content": "c"}],
+            "end with the assistant's",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": []}],
+            "message 2 needs a string role and string content",
+        ),
         ("not a list", '"messages" must be a list'),
     ],
 )

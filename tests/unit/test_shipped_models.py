@@ -12,7 +12,7 @@ from relay.models import shipped
 from relay.models.build import HELD_OUT_SEED, build_base
 from relay.models.loading import load_model, load_tokenizer
 from relay.models.tiny import TinySpec, greedy_accuracy
-from relay.run.folder import resolve_model_path
+from relay.run.model_source import resolve_model_path
 
 NAMES = [shipped.BASE, *shipped.TASK_MODELS]
 

@@ -50,7 +50,7 @@ def test_the_driver_of_a_default_run_loads_no_torch(overrides):
     bytes) nor as arguments (tests/e2e/test_training.py runs it whole, marked slow)."""
     code = (
         "import driver, actors.pools; from relay.config import load_config; "
-        "from relay.run.folder import resolve_model_path, task_rows; from relay.run.samples import _load_tokenizer; "
+        "from relay.run.model_source import resolve_model_path; from relay.run.rows import task_rows; from relay.run.samples import _load_tokenizer; "
         "from relay.checkpoint.rng import capture_rng; from relay.update.kl_control import make_kl_controller; "
         f"cfg = load_config('configs/default.yaml', {overrides!r}); path = resolve_model_path(cfg); task_rows(cfg); "
         "_load_tokenizer(path, False).decode([5, 6], skip_special_tokens=False); capture_rng(); "

@@ -15,8 +15,8 @@ from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean
 from relay.config import load_config
 from relay.config.role_settings import PolicySettings
-from relay.run.folder import task_rows
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
+from relay.run.rows import task_rows
 from relay.types import Batch, Sample
 from relay.update.batch import prepare_batch
 

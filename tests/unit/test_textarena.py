@@ -12,7 +12,7 @@ from relay.config import ConfigError, load_config, save_resolved
 from relay.envs.base import EnvRunner
 from relay.envs.contract import EnvMaker
 from relay.envs.textarena import HELD_OUT_FIRST_SEED, PREFIX, TextArenaEnv, invalid_move_metrics, random_move
-from relay.run.folder import task_rows
+from relay.run.rows import task_rows
 
 pytest.importorskip("textarena")
 

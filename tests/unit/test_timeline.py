@@ -10,8 +10,8 @@ import time
 import pytest
 
 from relay.run import metric_keys as keys
-from relay.run.folder import PhaseTimer, busy_spans, merge_rollout_metrics
 from relay.run.plot import main
+from relay.run.step_metrics import PhaseTimer, busy_spans, merge_rollout_metrics
 from relay.run.timeline import build_timeline
 
 T0 = 1_700_000_000.0  # unix seconds of the first step's start

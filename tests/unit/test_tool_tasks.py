@@ -13,7 +13,7 @@ from relay.envs import keyed_values, math_tool, tool_chain, tool_retry
 from relay.envs.chat_arithmetic import chat_arithmetic_reward
 from relay.envs.demonstrations import read_demonstrations, tool_call_problem
 from relay.envs.tool_tasks import TOOL_TASKS, overlap, question
-from relay.run.folder import checked_split, task_rows
+from relay.run.rows import checked_split, task_rows
 from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolRegistry
@@ -88,7 +88,15 @@ def test_the_worked_example_is_one_whole_two_call_episode_whose_key_no_row_asks(
     assert "AB1" not in {r["key"] for r in train + held_out} and overlap(train, held_out) is None
     assert tool_chain.make_rows(50, 128, seed=0)[1][0]["messages"][0]["content"] == tool_chain.SYSTEM
     with pytest.raises(ConfigError, match="task.worked_example: only the tool_chain task has one, not 'tool_retry'"):
-        load_config(None, ["task.name=tool_retry", "task.worked_example=true", "tools.enabled=true", "tools.functions=[relay.envs.keyed_values:lookup]"])
+        load_config(
+            None,
+            [
+                "task.name=tool_retry",
+                "task.worked_example=true",
+                "tools.enabled=true",
+                "tools.functions=[relay.envs.keyed_values:lookup]",
+            ],
+        )
 
 
 def test_retry_questions_are_half_sloppy_and_demonstrations_show_only_well_written_keys():
@@ -138,5 +146,8 @@ def test_a_demonstration_whose_tool_call_does_not_parse_is_named_by_file_and_lin
     path = tmp_path / "demos.jsonl"
     path.write_text(json.dumps({"messages": good}) + "\n" + json.dumps({"messages": broken}) + "\n")
     assert len(read_demonstrations(path)) == 2  # no parser: nothing to check calls against
-    with pytest.raises(ValueError, match=rf"sft.data: {path}:2: assistant message 1: its tool call does not parse with tools.parser=hermes"):
+    with pytest.raises(
+        ValueError,
+        match=rf"sft.data: {path}:2: assistant message 1: its tool call does not parse with tools.parser=hermes",
+    ):
         read_demonstrations(path, HERMES)
