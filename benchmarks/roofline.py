@@ -24,12 +24,14 @@ in Kaplan et al. 2020 and the MFU of PaLM, Chowdhery et al. 2022), with the embe
 taken off and the vocabulary projection counted only at the columns that are projected; the
 attention's own score matmuls (a few % at these lengths) are not counted. bf16 runs the learner
 under relay's autocast (relay/update/precision.py: training.mixed_precision=bf16) and the engine
-on a bf16 copy (model.dtype=bfloat16). Numbers, never assertions: a busy machine shows in them.
+on a bf16 copy (model.dtype=bfloat16). --gap adds the engine/learner logprob gap of each layout.
+Numbers, never assertions: a busy machine shows in them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import time
 
@@ -202,6 +204,44 @@ def against_peaks(rows: list[dict], peaks: dict[str, float]) -> list[dict]:
     return out
 
 
+@torch.no_grad()
+def logprob_gaps(model, tokenizer, rows: int, prompt: int, new: int) -> dict[str, tuple[float, float]]:
+    """{layout: (mean, largest) |engine - learner| logprob per generated token}: the HF engine samples
+    `new` tokens (temperature 1) after random prompts, the learner recomputes their logprobs as an
+    update does (relay/update/policy.py). float32 both; bf16 engine weights against the autocast
+    learner (separate actors, model.dtype=bfloat16); one module under autocast (colocated)."""
+    from relay.engines.base import SamplingParams
+    from relay.engines.hf import HFEngine
+    from relay.types import Batch, Sample
+    from relay.update.policy import compute_logprobs
+    from relay.update.precision import compute_precision
+
+    bf16 = TrainingConfig(mixed_precision="bf16")
+    cpu = torch.device("cpu")
+    learner = autocast_forward(copy.deepcopy(model).float().eval(), bf16, cpu)
+    layouts = {
+        "float32": (model, model, contextlib.nullcontext()),
+        "bf16 engine, autocast learner": (copy.deepcopy(model).to(torch.bfloat16), learner, contextlib.nullcontext()),
+        "colocated autocast": (learner, learner, compute_precision(bf16, cpu)),
+    }
+    ids = prompts(rows, prompt, model.config.vocab_size, seed=2).tolist()
+    out = {}
+    for name, (engine_model, learner_model, context) in layouts.items():
+        engine = HFEngine.sharing(engine_model.eval(), tokenizer)
+        with context:
+            done = engine.generate(ids, SamplingParams(max_tokens=new, seed=0))
+        samples = [
+            Sample(
+                prompt_ids=p, response_ids=c.token_ids, loss_mask=[1] * len(c.token_ids), rollout_logprobs=c.logprobs
+            )
+            for p, (c,) in zip(ids, done)
+        ]
+        batch = Batch.from_samples(samples, pad_id=tokenizer.pad_token_id or 0)
+        gap = (batch.rollout_logprobs - compute_logprobs(learner_model, batch, 1.0)).abs() * batch.loss_mask
+        out[name] = (float(gap.sum() / batch.loss_mask.sum()), float(gap.max()))
+    return out
+
+
 def peaks_line(peaks: dict[str, float]) -> str:
     return (
         f"peaks: matmul 2048^3 float32 {peaks['float32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; "
@@ -235,7 +275,8 @@ def main() -> None:
     p.add_argument("--new", type=int, default=16, help="decoded tokens per row")
     p.add_argument("--train-rows", type=int, default=4)
     p.add_argument("--train-length", type=int, default=64)
-    p.add_argument("--modes", nargs="+", default=["float32", "bf16"])
+    p.add_argument("--modes", nargs="*", default=["float32", "bf16"], help="none: only the peaks (and --gap)")
+    p.add_argument("--gap", action="store_true", help="also the engine/learner logprob gap of each layout")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from relay.models.loading import load_model
@@ -265,6 +306,12 @@ def main() -> None:
     end = machine_peaks(a.seconds)
     peaks = {k: max(v, end[k]) for k, v in peaks.items()}
     print("\n" + table(peaks, against_peaks(rows, peaks)))
+    if a.gap:
+        from relay.models.loading import load_tokenizer
+
+        gaps = logprob_gaps(model, load_tokenizer(model_folder(a.model)), a.rows, a.prompt, a.new)
+        print("\n| engine / learner | mean gap | largest |\n|---|---:|---:|")
+        print("\n".join(f"| {k} | {mean:.2e} | {top:.2e} |" for k, (mean, top) in gaps.items()))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""benchmarks/roofline.py's helpers on the tiny model: the flop and byte counts, and one row per
-phase and precision. Its timings are never asserted: they are the machine's, and a busy one."""
+"""benchmarks/roofline.py's helpers on the tiny model: the flop and byte counts, one row per phase
+and precision, the logprob gap of each layout. Timings are never asserted: they are the machine's."""
 
 import torch
 
@@ -7,12 +7,13 @@ from benchmarks.roofline import (
     against_peaks,
     forward_flops,
     kv_bytes,
+    logprob_gaps,
     parameter_counts,
     phase_rows,
     table,
     weight_bytes,
 )
-from relay.models.loading import load_model
+from relay.models.loading import load_model, load_tokenizer
 
 SIZES = {"rows": 2, "prompt": 4, "new": 2, "train_rows": 2, "train_length": 6}
 
@@ -47,3 +48,11 @@ def test_every_phase_gets_a_row_in_each_precision(tiny_model_path):
     assert {r["bound"] for r in rows if r["phase"] == "optimizer (AdamW)"} == {"memory"}
     assert all(p.dtype == torch.float32 for p in model.parameters())  # the phases ran on copies
     assert table(peaks, rows).count("\n| bf16 |") == len(phases)
+
+
+def test_logprob_gaps_of_each_layout(tiny_model_path):
+    model = load_model(tiny_model_path)
+    gaps = logprob_gaps(model, load_tokenizer(tiny_model_path), rows=2, prompt=4, new=3)
+    assert set(gaps) == {"float32", "bf16 engine, autocast learner", "colocated autocast"}
+    assert gaps["float32"][0] < 1e-4  # one dtype, the same weights: float noise only
+    assert all(0 <= mean <= top < 1.0 for mean, top in gaps.values())
