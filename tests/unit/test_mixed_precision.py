@@ -80,3 +80,13 @@ def test_bf16_step_keeps_float32_masters_and_moves_the_weights(tiny_model_path):
     assert cosine > 0.9
     print({k: (metrics["bf16"][k], metrics["fp32"][k]) for k in ("actor/loss", "actor/grad_norm")})
     assert metrics["bf16"]["actor/grad_norm"] == pytest.approx(metrics["fp32"]["actor/grad_norm"], rel=0.1)
+
+
+def test_a_device_without_bf16_is_refused_in_one_line(tiny_model_path, monkeypatch):
+    import relay.update.precision as precision
+
+    monkeypatch.setattr(precision, "bf16_unsupported", lambda device: "this CPU has no bf16 matmul support")
+    with pytest.raises(RuntimeError) as refused:
+        learner(tiny_model_path, BF16)
+    assert "\n" not in str(refused.value) and "training.mixed_precision=none" in str(refused.value)
+    learner(tiny_model_path, [])  # float32 runs anywhere
