@@ -373,9 +373,8 @@ class RolloutProducer:
         faults.log(f"relay: fault: rollout-{w} weight load: {why}; loading them again")
         weights, version = faults.weights
         load = lambda: worker.update_weights.remote(weights() if callable(weights) else weights, version)  # noqa: E731
-        faults.get_all(
-            [Call(worker, load, f"rollout-{w} weight load", on_restart=lambda: faults.resend_weights(worker))]
-        )
+        resend = lambda: faults.resend_weights(worker)  # noqa: E731
+        faults.get_all([Call(worker, load, f"rollout-{w} weight load", on_restart=resend)])
         faults.count("retried_calls")
 
     def state_dict(self) -> dict:
