@@ -9,6 +9,8 @@ BFCL's own, so `reward/<category>` and `eval/<category>/accuracy` read like the 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
+from typing import Any
 
 PACKAGE_PIN = "bfcl-eval==2026.3.23"
 # --no-deps: the package declares numpy==1.26.4, sentence-transformers, faiss and several vendors'
@@ -30,6 +32,15 @@ AST_CATEGORIES = (
 )
 CATEGORIES = (*AST_CATEGORIES, "irrelevance", "live_irrelevance")
 DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel")
+
+
+@dataclass(frozen=True)
+class BfclFields:
+    """TaskConfig's fields for task.name=bfcl."""
+
+    categories: Any = None  # [CATEGORY, ...] or {CATEGORY: weight}; unset: DEFAULT_CATEGORIES
+
+
 # The tool-call formats the system prompt can show and the reward can read (tools.parser)
 CALL_FORMATS = ("hermes", "json", "function_call", "pythonic")
 

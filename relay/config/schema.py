@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relay.config.bfcl import BfclFields
 from relay.config.dotted import dotted_name
 from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName
@@ -51,8 +52,8 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class TaskConfig(ReasoningGymFields, TextArenaFields):  # + dataset(s), dataset_args; env_id, env_args
-    # built-in (arithmetic, chat_arithmetic, a tool task, reasoning_gym, textarena), or "custom" with train_file or env
+class TaskConfig(ReasoningGymFields, TextArenaFields, BfclFields):  # their fields: relay/config/<task>.py
+    # built-in (arithmetic, chat_arithmetic, a tool task, reasoning_gym, textarena, bfcl), or "custom"
     name: str = "arithmetic"
     train_file: str | None = None  # JSONL / Parquet rows: prompt or messages, plus ground_truth
     eval_file: str | None = None
@@ -77,8 +78,6 @@ class TaskConfig(ReasoningGymFields, TextArenaFields):  # + dataset(s), dataset_
     operand_min: int = 2
     operand_max: int = 20
     worked_example: bool = False  # tool_chain: one whole two-call episode in the system prompt
-    # bfcl: [CATEGORY, ...] or {CATEGORY: weight}; unset: simple_python, multiple, parallel (relay/config/bfcl.py)
-    categories: Any = None
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 
@@ -322,14 +321,12 @@ class ResourcesConfig:
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
     update_timeout_s: float = 3600.0
-    # A learner that dies or hangs (one actor, or a rank of an FSDP group: then every rank) is
-    # restarted by Ray and restored in place (actors/learner_recovery.py): the last checkpoint's
-    # state, then the updates since it replayed from the inputs the driver kept; no step is lost or
-    # repeated. Up to learner_restores times per run (0: a lost learner stops the run).
+    # A learner that dies or hangs (one actor, or every rank of an FSDP group) is restarted by Ray and
+    # restored in place (actors/learner_recovery.py): the last checkpoint, then the updates since it
+    # replayed; no step lost or repeated. Up to learner_restores times per run (0: the run stops).
     learner_restores: int = 3
-    # A learner out of restores, a critic, or an actor out of restarts that dies ends the run with
-    # its last checkpoint and the --resume command; auto_resume: N resumes from that checkpoint up
-    # to N times, in the driver.
+    # A learner out of restores, a critic, or an actor out of restarts that dies ends the run with its
+    # last checkpoint and the --resume command; auto_resume: N resumes from it up to N times.
     auto_resume: int = 0
 
 
