@@ -129,6 +129,8 @@ def _coerce(tp, value, path: str, problems: list[str]):
         inner = [a for a in args if a is not type(None)]
         if callable(value) and not isinstance(value, str) and any(_is_callable_type(a) for a in inner):
             return value  # user code given from Python as the object itself (task.env, task.reward_fn)
+        if isinstance(value, dict) and (shapes := [a for a in inner if dataclasses.is_dataclass(a)]):
+            return _coerce(shapes[0], value, path, problems)  # a number or a mapping: resources.rollout.count
         return _coerce(inner[0], value, path, problems)
     if origin is Literal:
         if value not in args:

@@ -15,11 +15,13 @@ from typing import Any, Literal
 
 from relay.config.bfcl import BfclFields
 from relay.config.dotted import dotted_name
+from relay.config.elastic import RolloutResources
 from relay.config.endpoint import EndpointConfig
 from relay.config.engine_registry import EngineName
 from relay.config.health import HealthConfig
 from relay.config.model import ModelConfig
 from relay.config.reasoning_gym import ReasoningGymFields
+from relay.config.resources import RoleResources
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
 from relay.config.textarena import TextArenaFields
@@ -125,16 +127,6 @@ class RolloutConfig:
     # Engine sleep after each rollout (vLLM level 1, SGLang memory release): a learner on the same GPU
     # gets the KV cache's memory until the next weight sync. None: on when both hold GPU fractions.
     sleep_while_training: bool | None = None
-
-
-@dataclass(frozen=True)
-class RoleResources:
-    count: int = 1
-    cpus: float = 1.0
-    gpus: float = 0.0
-    # A custom resource only some node types declare (`ray start --resources=...`, cluster.yaml): the role's
-    # actors go only there, each asking 0.001 of it, so the declared amount does not limit how many fit.
-    node_resource: str | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +280,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class ResourcesConfig:
-    rollout: RoleResources = RoleResources(count=1, cpus=1.0)
+    rollout: RolloutResources = RolloutResources(count=1, cpus=1.0)  # count may be a range: relay/config/elastic.py
     learner: RoleResources = RoleResources(count=1, cpus=1.0)
     reference: RoleResources = RoleResources(count=1, cpus=0.5)
     critic: RoleResources = RoleResources(count=1, cpus=0.5)

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from relay.config.bfcl import validate_bfcl
 from relay.config.dotted import check_dotted, resolve_dotted
+from relay.config.elastic import count_problems, starting_count, validate_elastic
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.health import validate_health
 from relay.config.schema import (
@@ -90,7 +91,7 @@ def validate(cfg: Config) -> list[str]:
     need(res.auto_resume >= 0, f"resources.auto_resume: must be >= 0, got {res.auto_resume}")
     for role in ("rollout", "learner", "reference", "critic", "env"):
         rr: RoleResources = getattr(res, role)
-        need(rr.count >= 1, f"resources.{role}.count: must be >= 1, got {rr.count}")
+        p += count_problems(f"resources.{role}.count", rr.count)  # rollout's may be a range {min, max}
         need(rr.cpus > 0, f"resources.{role}.cpus: must be > 0, got {rr.cpus}")
         need(rr.gpus >= 0, f"resources.{role}.gpus: must be >= 0, got {rr.gpus}")
         need(
@@ -105,7 +106,8 @@ def validate(cfg: Config) -> list[str]:
     p += validate_colocate(cfg)
     p += validate_lora(cfg)
     p += validate_pipeline(cfg)
-    if res.rollout.count >= 1 and t.prompts_per_step % res.rollout.count:
+    p += validate_elastic(cfg)
+    if not count_problems("", res.rollout.count) and t.prompts_per_step % starting_count(res.rollout.count):
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"
         )
