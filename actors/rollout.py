@@ -177,8 +177,8 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         stops = get_parser(self.cfg.tools.parser).stop_strings if self.cfg.tools.enabled else ()
         return [supervised_sample(self.agent.format, messages, stops) for messages in conversations]
 
-    def sampling(self, step: int, greedy: bool = False) -> SamplingParams:
-        r = self.cfg.rollout
+    def sampling(self, step: int, greedy: bool = False, seed_index: int | None = None) -> SamplingParams:
+        r, index = self.cfg.rollout, self.index if seed_index is None else seed_index
         return SamplingParams(
             n=1 if greedy else r.n,
             temperature=0.0 if greedy else r.temperature,
@@ -186,18 +186,18 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             top_k=r.top_k,
             max_tokens=r.max_new_tokens,
             stop=r.stop,
-            # A seed per (run, step, worker) makes rollouts reproducible, so a resumed run
-            # samples exactly what the uninterrupted run sampled.
-            seed=(self.cfg.run.seed * 1_000_003 + step * 1_009 + self.index) % 2**31,
+            # A seed per (run, step, worker) makes rollouts reproducible, so a resumed run samples exactly
+            # what the uninterrupted run sampled; a lost worker's shard redone here keeps its `seed_index`.
+            seed=(self.cfg.run.seed * 1_000_003 + step * 1_009 + index) % 2**31,
         )
 
     def rollout(
-        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False
+        self, rows: list[dict[str, Any]], step: int, first_group_id: int, greedy: bool = False, **seed: int
     ) -> tuple[list[Sample], dict[str, float]]:
         hit("rollout.generate")
         start, idle = self._begin()
-        samples = self.agent.run(rows, self.sampling(step, greedy), first_group_id=first_group_id, **self._episodes())
-        samples = self._serializable(samples)
+        sampling = self.sampling(step, greedy, **seed)  # seed_index=k: worker k's lost shard (actors/supervision.py)
+        samples = self._serializable(self.agent.run(rows, sampling, first_group_id=first_group_id, **self._episodes()))
         return samples, self._report(samples, time.perf_counter() - start, idle)
 
     def rollout_stream(

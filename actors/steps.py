@@ -46,8 +46,8 @@ def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, fir
     shards = split(rows, len(actors.rollout))
     results = actors.faults.rollout_shards(  # a lost shard is redone, same seed, on the worker's replacement
         actors.rollout,
-        lambda i, w: w.rollout.remote(
-            shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy
+        lambda i, w, **seed: w.rollout.remote(  # seed: a lost worker's seed index, its shard redone on w
+            shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy, **seed
         ),
         restore=actors.recovery.restore_replacement if actors.colocated else None,
     )

@@ -86,6 +86,9 @@ class Call:
     shard: bool = False  # a rollout shard (counted as retried_shards), else a call
     on_restart: Callable[[], None] | None = None
     valid: Callable[[object], bool] | None = None
+    # Instead of waiting for a replacement: sends the work to another actor (rebinding `actor` and
+    # `submit`) and says whether it did (an elastic pool's worker that left: relay_trainer/elastic.py)
+    move: Callable[[], bool] | None = None
 
 
 class Supervisor:
@@ -109,6 +112,9 @@ class Supervisor:
         # actor ids that `wait` kills to be restarted past a deadline: the caller restores their
         # state (the learner: actors/learner_recovery.py); every other actor it kills for good
         self.restorable: set = set()
+        # a lost rollout worker -> (a live worker to redo its shard, the lost one's seed index), or None to
+        # wait for Ray's replacement: set by an elastic pool, whose added workers are not waited for
+        self.reroute: Callable[[object], tuple[object, int] | None] | None = None
         self.counts: Counter[str] = Counter()
         self.totals: Counter[str] = Counter()
         self.log = log or (lambda line: print(line, flush=True))
@@ -207,7 +213,11 @@ class Supervisor:
         raise ActorLost(f"{line}; killed")
 
     def _recover(self, call: Call, attempt: int, why: str) -> None:
-        """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state."""
+        """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state;
+        or, for work that can move, send it to another actor."""
+        if call.move is not None and call.move():
+            self.log(f"relay: fault: {call.what}: actor {why}; it left the pool, redoing its work on another")
+            return
         if not wait_restarted(call.actor, self.rollout_timeout_s):
             raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")
         self.count("restarts")
@@ -256,12 +266,24 @@ class Supervisor:
             )
             for i, w in enumerate(workers)
         ]
+        for i, call in enumerate(calls):  # an elastic pool's worker that is lost: the shard moves, seed and all
+            call.move = None if restore is not None else lambda i=i, call=call: self._move(call, i, submit)
         results = self.get_all(calls, self.rollout_timeout_s)
         for _, metrics in results:
             self.add({k: v for k, v in metrics.items() if k.startswith("faults/")})
         keys = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for r in results for s in r[0]]
         self.count("duplicated_samples", len(keys) - len(set(keys)))
         return results
+
+    def _move(self, call: Call, i: int, submit: Callable[..., object]) -> bool:
+        """Shard i of a lost worker, to the live worker `reroute` names, sampled with the lost one's seed."""
+        taker = self.reroute(call.actor) if self.reroute is not None else None
+        if taker is None:
+            return False
+        worker, seed_index = taker
+        call.actor, call.submit = worker, lambda: submit(i, worker, seed_index=seed_index)
+        call.on_restart = lambda: self.resend_weights(worker)
+        return True
 
     # -- a rollout worker's calls to its environment pool
 
