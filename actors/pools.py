@@ -22,6 +22,7 @@ from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor, role_actors
 from actors.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
+from relay.config.elastic import fixed
 from relay.config.role_settings import CriticSettings, PolicySettings
 from relay.config.validate_pipeline import is_sharded
 from relay.endpoint.auth import run_token
@@ -90,7 +91,7 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     if res.colocate:  # one actor is learner and rollout worker (actors/colocated.py), on the learner's resources
         roles["learner"] = res.learner
     else:
-        roles.update(rollout=res.rollout, learner=res.learner)
+        roles.update(rollout=fixed(res.rollout), learner=res.learner)  # an elastic pool starts with its min
     if cfg.algorithm.kl_coef > 0 and not cfg.model.lora.rank:  # KL needs reference logprobs; LoRA: the learner's
         roles["reference"] = res.reference
     if cfg.critic.enabled:
@@ -261,6 +262,7 @@ class Actors:
     rollout_sleeps: bool = False  # engines sleep while the learner trains (rollout.sleep_while_training)
     weight_broadcast: BroadcastGroup | None = None  # weights reach the rollout workers by collective broadcast
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
+    rollout_args: object = None  # worker i's constructor arguments: an elastic pool starts more (relay_trainer/elastic.py)
     colocated: bool = False  # resources.colocate: learner and rollout[0] are one ColocatedWorker
     weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (actors/weights.py)
     placement_groups: list = field(default_factory=list)
@@ -310,12 +312,14 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             ]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
+            workers = roles["rollout"]  # resources.rollout, a range's count replaced by its min
+            actors.rollout_args = lambda i: (cfg, model_path, i, threads(cfg, workers), pool_of(i), tools, token)
             actors.rollout = create_group(
                 RolloutWorker,
                 "rollout",
-                res.rollout,
+                workers,
                 run_name,
-                lambda i: (cfg, model_path, i, threads(cfg, res.rollout), pool_of(i), tools, token),
+                actors.rollout_args,
                 groups,
                 restarts,
                 # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
