@@ -20,7 +20,7 @@ A plain integer is a fixed pool, as always.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relay.config.resources import RoleResources
 
@@ -51,6 +51,11 @@ def count_range(count: int | CountRange) -> CountRange:
 def starting_count(count: int | CountRange) -> int:
     """The workers a run starts with (a range: its min)."""
     return count_range(count).min
+
+
+def fixed(res: RoleResources) -> RoleResources:
+    """`res` with a range's count replaced by its min: what the run starts with, for the code that counts actors."""
+    return replace(res, count=starting_count(res.count)) if is_elastic(res.count) else res
 
 
 def count_problems(key: str, count: int | CountRange) -> list[str]:

@@ -53,6 +53,10 @@ STALENESS_MAX = "weights/staleness_max"
 MIXED_SAMPLES = "weights/mixed_samples"  # rollout.partial: trained samples whose tokens came from several versions
 QUEUE_DEPTH = "rollout/queue_depth"  # finished groups left in the buffer after the step took its batch
 IN_FLIGHT = "rollout/in_flight"  # groups being rolled out when the step took its batch
+# an elastic pool (resources.rollout.count: {min, max}; relay/run/elastic.py): workers rolling out, and
+# how many it asks the autoscaler room for
+ROLLOUT_WORKERS = "rollout/workers"
+ROLLOUT_WORKERS_WANTED = "rollout/workers_wanted"
 DROPPED_STALE = "rollout/dropped_stale"  # groups dropped (or drawn again) this step: older than max_staleness
 ROLLOUT_IDLE_S = "time/rollout_idle_s"  # per worker: seconds between its calls (waiting for weights or work)
 LEARNER_WAIT_S = "time/learner_wait_s"  # seconds the step waited for its samples (the learner had nothing to do)
