@@ -41,6 +41,7 @@ from relay.run.step_metrics import PhaseTimer
 from relay.run.stop import HealthStopped, StopOnSignal
 from relay.run.summary import summarize
 from relay.update.kl_control import make_kl_controller
+from relay_trainer.elastic import rollout_pool
 
 
 def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
@@ -102,6 +103,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         StopOnSignal(run_dir) as stop,  # Ctrl-C / SIGTERM: stop after this step; again: abandon it
         actor_loss_stops(run_dir),  # an actor dead for good: ActorLost, with the run folder to resume
         actor_pools(cfg, path, run_dir.name) as actors,
+        rollout_pool(cfg, actors, run_dir.name) as elastic,  # resources.rollout.count {min, max}: grows and shrinks
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
         # a learner lost in the run is restored from its last checkpoint, its later updates replayed
@@ -127,11 +129,13 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
         in_run_rows = held_out_sample(eval_rows, cfg.health.eval_rows, cfg.run.seed)  # training.eval_every's
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
+        elastic.producer = getattr(plan, "producer", None)  # drained before a worker leaves the pool
         for step in range(start_step, cfg.training.steps):
             if stop.requested:  # a signal came before training started
                 raise stop.stopped(step)
             metrics = train_step(cfg, actors, plan, step, kl_ctl, watch, samples)
             metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
+            metrics.update(elastic.resize(metrics))  # an elastic pool: rollout/workers, its request to the autoscaler
             state["rewards"].append(metrics[keys.REWARD_MEAN])
             if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics.update(recovery.run(lambda: evaluate(cfg, actors, in_run_rows), "evaluation"))
