@@ -22,11 +22,10 @@ from typing import Any
 import torch
 
 from actors.learner import Learner
-from actors.plumbing import RelayActor
-from actors.rollout import RolloutWorker, peak_rss_mb
+from actors.plumbing import RelayActor, peak_rss_mb
+from actors.rollout import RolloutWorker
 from actors.supervision import ATTEMPTS_PER_CALL
-from relay.config import Config
-from relay.config.role_settings import PolicySettings
+from relay.config.role_settings import ColocatedSettings
 from relay.endpoint.fence import FencedEngine
 from relay.engines import engine_class
 from relay.engines.base import SharingEngine
@@ -44,20 +43,20 @@ class ColocatedWorker(RelayActor):
 
     def __init__(
         self,
-        cfg: Config,
+        settings: ColocatedSettings,
         model_path: str,
         num_threads: int,
         env_pool=None,
         tool_executors: list | None = None,
         endpoint_token: str | None = None,
     ):
-        self.learner = Learner(PolicySettings.of(cfg), model_path, num_threads)  # eval mode: dropout off
-        m = cfg.model
+        self.learner = Learner(settings.policy, model_path, num_threads)  # eval mode: dropout off
+        m, e = settings.policy.model, settings.rollout.engine
         tokenizer = load_tokenizer(m.tokenizer_path or model_path, m.trust_remote_code)
-        cls: type[SharingEngine] = engine_class(cfg.rollout.engine)  # its record has colocate (validated)
-        engine = cls.sharing(self.learner.model, tokenizer, **cfg.rollout.engine_kwargs)
+        cls: type[SharingEngine] = engine_class(e.engine)  # its record has colocate (validated)
+        engine = cls.sharing(self.learner.model, tokenizer, **e.engine_kwargs)
         self.worker = RolloutWorker(
-            cfg, model_path, 0, num_threads, env_pool, tool_executors, endpoint_token, engine=engine
+            settings.rollout, model_path, 0, num_threads, env_pool, tool_executors, endpoint_token, engine=engine
         )
         cuda = self.learner.device.type == "cuda"
         self.rng_devices = [self.learner.device] if cuda else []

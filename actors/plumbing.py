@@ -72,6 +72,13 @@ def member_host(store: str) -> str:
     return store if store == "127.0.0.1" else ray.util.get_node_ip_address()
 
 
+def peak_rss_mb() -> float:
+    """This actor process's peak resident memory, in MB (peak_memory_mb: benchmarks/weight_sync.py reads it)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class _Fields:
     """The actor's attributes as the mapping str.format_map reads."""
 

@@ -23,7 +23,14 @@ from actors.supervision import Supervisor, role_actors
 from actors.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.elastic import fixed
-from relay.config.role_settings import CriticSettings, PolicySettings
+from relay.config.role_settings import (
+    ColocatedSettings,
+    CriticSettings,
+    PolicySettings,
+    RewardModelSettings,
+    RewardPoolSettings,
+    RolloutSettings,
+)
 from relay.config.validate_pipeline import is_sharded
 from relay.endpoint.auth import run_token
 from relay.models.check import reward_model_path
@@ -305,15 +312,17 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         pool_of = lambda i: env[i % len(env)] if env else None  # noqa: E731  (worker i's EnvPool)
         token = run_token(cfg)  # one bearer token for every endpoint of the run, restarts included
         if res.colocate:  # restarted and restored as a learner is
-            make_args = lambda i: (cfg, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
+            colocated = ColocatedSettings.of(cfg)  # what the learner and the rollout worker read of the config
+            make_args = lambda i: (colocated, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
             lives = res.learner_restores
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[
                 0
             ]
             actors.rollout, actors.colocated = [actors.learner], True
         else:
+            rollout = RolloutSettings.of(cfg)  # what a rollout worker reads of the config
             workers = roles["rollout"]  # resources.rollout, a range's count replaced by its min
-            actors.rollout_args = lambda i: (cfg, model_path, i, threads(cfg, workers), pool_of(i), tools, token)
+            actors.rollout_args = lambda i: (rollout, model_path, i, threads(cfg, workers), pool_of(i), tools, token)
             actors.rollout = create_group(
                 RolloutWorker,
                 "rollout",
@@ -344,11 +353,11 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 "reward_model",
                 rm,
                 run_name,
-                lambda i: (cfg, rm_path, i, threads(cfg, rm)),
+                lambda i: (RewardModelSettings.of(cfg), rm_path, i, threads(cfg, rm)),
                 groups,
                 restarts,
             )
-            actors.reward_model = RewardModelPool(cfg, handles, actors.faults)
+            actors.reward_model = RewardModelPool(RewardPoolSettings.of(cfg), handles, actors.faults)
         sleep = cfg.rollout.sleep_while_training
         colocated = 0 < res.rollout.gpus < 1 and 0 < res.learner.gpus < 1  # may share one GPU
         actors.rollout_sleeps = colocated if sleep is None else sleep

@@ -29,7 +29,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from actors.restarts import wait_restarted
 from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost
 from actors.weights import start_weight_sync
-from relay.config import Config
+from relay.config.role_settings import ProducerSettings
 from relay.envs.data import PromptIterator
 from relay.failures import ActorLost, raised_line
 from relay.fault_points import hit
@@ -59,19 +59,19 @@ class RolloutCall:
 class RolloutProducer:
     def __init__(
         self,
-        cfg: Config,
+        settings: ProducerSettings,
         actors,
         prompts: PromptIterator,
         score: Callable[[list[Sample]], dict[str, float]],
         start_step: int,
         state: dict | None = None,
     ):
-        t = cfg.training
+        t = settings.training
         if actors.rollout_sleeps:
             raise ValueError(
                 f"training.mode={t.mode} overlaps rollout and training: set rollout.sleep_while_training=false"
             )
-        self.cfg, self.actors, self.prompts, self.score = cfg, actors, prompts, score
+        self.settings, self.actors, self.prompts, self.score = settings, actors, prompts, score
         one_step_off = t.mode == "one_step_off"
         self.buffer = GroupBuffer(
             t.prompts_per_step,
@@ -130,7 +130,7 @@ class RolloutProducer:
             self.quiet_since[call.worker] = time.monotonic()  # an idle worker starts work now
         worker = self.actors.rollout[call.worker]
         # rollout.partial: the worker starts the call on call.version or newer (weights reach it on another lane)
-        partial = dict(version=call.version) if self.cfg.rollout.partial else {}
+        partial = dict(version=call.version) if self.settings.partial else {}
         stream = worker.rollout_stream.options(num_returns="streaming").remote(call.rows, call.seed_round, 0, **partial)
         self.calls[stream] = call
 
@@ -177,7 +177,7 @@ class RolloutProducer:
     def _wrong_version(self, sample: Sample, call: RolloutCall) -> bool:
         """Not on the weights the call was made on. rollout.partial: weights load mid-call, so a
         sample's tokens may be newer (Sample.token_versions say which); only older is wrong."""
-        if self.cfg.rollout.partial:
+        if self.settings.partial:
             return sample.weight_version < call.version
         return sample.weight_version != call.version
 
@@ -187,7 +187,7 @@ class RolloutProducer:
         if self.lives[call.worker] > call.life:
             return  # recovered already, from an earlier call's failure
         faults, worker = self.actors.faults, self.actors.rollout[call.worker]
-        if not wait_restarted(worker, self.cfg.resources.rollout_timeout_s):
+        if not wait_restarted(worker, self.settings.rollout_timeout_s):
             raise ActorLost(f"rollout-{call.worker}: the worker is gone ({why}, and no replacement answered)")
         faults.count("restarts")
         self.lives[call.worker] += 1
@@ -255,7 +255,7 @@ class RolloutProducer:
         worker) or of `wake` is done, at most until the earliest deadline of a busy worker; a worker
         past it is killed so that Ray restarts it (a hung method cannot be cancelled), and its calls
         fail into _receive's recovery."""
-        timeout, loads = self.cfg.resources.rollout_timeout_s, loads or {}
+        timeout, loads = self.settings.rollout_timeout_s, loads or {}
         busy = {call.worker for call in self.calls.values()} | set(loads.values())
         now = time.monotonic()
         left = min((self.quiet_since[w] + timeout - now for w in busy), default=timeout)
@@ -278,7 +278,7 @@ class RolloutProducer:
         return None
 
     def _stale(self, groups: list[Group]) -> None:
-        if self.cfg.training.stale_groups == "regenerate":
+        if self.settings.training.stale_groups == "regenerate":
             self.redo += [(g.index, self.rows[g.index]) for g in groups]
         else:
             for g in groups:

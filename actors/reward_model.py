@@ -14,8 +14,8 @@ import time
 
 from actors.plumbing import RelayActor
 from actors.supervision import Call, Supervisor
-from relay.config import Config, resolve_dotted
-from relay.config.validate_reward_model import takes_rm_score
+from relay.config import resolve_dotted
+from relay.config.role_settings import RewardModelSettings, RewardPoolSettings
 from relay.envs.scoring import Scorer
 from relay.failures import print_failure
 from relay.fault_points import hit
@@ -27,14 +27,14 @@ class RewardModel(RelayActor):
     repr_format = "reward_model-{index}, {calls} samples scored, {errors} errors"  # actors/plumbing.py
     index, calls, errors = 0, 0, 0
 
-    def __init__(self, cfg: Config, model_path: str, index: int = 0, num_threads: int = 1):
+    def __init__(self, settings: RewardModelSettings, model_path: str, index: int = 0, num_threads: int = 1):
         import torch  # here: the driver imports this module (RewardModelPool) and never loads torch
 
         torch.set_num_threads(num_threads)
         from relay.rewards.scorers import make_scorer
 
         self.index = index
-        self.scorer = make_scorer(cfg, model_path)
+        self.scorer = make_scorer(settings, model_path)
 
     def score(self, samples: list[Sample]) -> tuple[list[float | None], list[str | None]]:
         """One score per sample (None where it has none) and why it has none (None where it has one)."""
@@ -50,16 +50,14 @@ class RewardModelPool:
     that dies is rebuilt by Ray (resources.max_restarts) and its shard is scored again there
     (`faults`, the driver's Supervisor; counted in faults/*)."""
 
-    def __init__(self, cfg: Config, handles: list, faults: Supervisor | None = None):
-        self.cfg, self.handles = cfg.reward_model, handles
+    def __init__(self, settings: RewardPoolSettings, handles: list, faults: Supervisor | None = None):
+        self.cfg, self.handles = settings.reward_model, handles
         # scoring's deadline is resources.update_timeout_s: a hung reward model is killed, restarted
         # and its shard scored again, like one that died
-        self.faults = faults or Supervisor(
-            cfg.resources.call_timeout_s, update_timeout_s=cfg.resources.update_timeout_s
-        )
+        self.faults = faults or Supervisor(settings.call_timeout_s, update_timeout_s=settings.update_timeout_s)
         self.norm = RunningMeanStd() if self.cfg.normalize else None
         # the task's reward function combines rm_score itself: called here, after the reward model
-        self.combiner = Scorer(resolve_dotted(cfg.task.reward_fn_path)) if takes_rm_score(cfg) else None
+        self.combiner = Scorer(resolve_dotted(settings.reward_fn_path)) if settings.takes_rm_score else None
         self.failures = 0
 
     def score(self, samples: list[Sample]) -> dict[str, float]:

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any
 import ray
 import torch
 
-from actors.plumbing import RelayActor
+from actors.plumbing import RelayActor, peak_rss_mb
 from actors.restarts import is_restarted_actor
 from actors.serializable import unpicklable, unserializable_record
 from actors.supervision import Call, EnvPoolCalls, Supervisor
 from actors.weight_ends import ReceivesWeights
 from relay.agent.loop import AgentLimits, AgentLoop
 from relay.agent.metrics import episode_metrics, tool_call_counts
-from relay.config import Config, resolve_dotted
+from relay.config import resolve_dotted
+from relay.config.role_settings import RolloutSettings
 from relay.endpoint.fence import FencedEngine
 from relay.engines import make_engine
 from relay.engines.base import Engine, SamplingParams
@@ -61,7 +62,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
     def __init__(
         self,
-        cfg: Config,
+        settings: RolloutSettings,
         model_path: str,
         worker_index: int,
         num_threads: int,
@@ -75,10 +76,10 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         bearer token (relay/endpoint/auth.py), by value, so a restarted worker accepts it too."""
         torch.set_num_threads(num_threads)
         env_pool, tool_executors = by_name(env_pool), [by_name(t) for t in tool_executors or []]
-        self.cfg, self.index = cfg, worker_index
+        self.settings, self.index = settings, worker_index  # the config sections it reads
         # `engine`: one made elsewhere (actors/colocated.py: an engine on the learner's own module)
-        self.engine = engine if engine is not None else make_engine(cfg, model_path)
-        serves = cfg.endpoint.enabled or cfg.task.agent
+        self.engine = engine if engine is not None else make_engine(settings.engine, model_path)
+        serves = settings.endpoint.enabled or settings.task.agent
         if serves:  # the endpoint's requests, the agent loop and weight loads take turns (relay/endpoint/fence.py)
             self.engine = FencedEngine(self.engine)
         self.tokenizer = self.engine.tokenizer
@@ -86,29 +87,29 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         # A restarted worker's ids must not meet its lost episodes still held by a live EnvPool.
         self.life = f".p{os.getpid()}" if is_restarted_actor() else ""
         # deadlines on env and tool calls; a call whose actor died or hung is redone on the replacement
-        self.faults = Supervisor(cfg.resources.call_timeout_s, cfg.resources.rollout_timeout_s)
+        self.faults = Supervisor(settings.call_timeout_s, settings.rollout_timeout_s)
         # Idle: the gaps between calls (waiting for weights or work), summed until the next rollout reports them.
         self.idle_since, self.idle_s = time.perf_counter(), 0.0
         self.busy_since = time.time()  # when the current call (or a stream's current group) began
-        self.multi_turn = cfg.tools.enabled or bool(cfg.task.env) or bool(cfg.task.agent)
+        self.multi_turn = settings.tools.enabled or bool(settings.task.env) or bool(settings.task.agent)
         # rollout.partial: weight calls only stage the weights (second lane); the rollout loads them when it pauses
-        self.staged = StagedWeights(self.engine.weight_version) if cfg.rollout.partial else None
+        self.staged = StagedWeights(self.engine.weight_version) if settings.rollout.partial else None
         # the worker's EnvPool (environments, task.reward_actor): resets, steps and scoring with deadlines
         self.env_pool = EnvPoolCalls(env_pool, self.faults, f"rollout-{worker_index} env") if env_pool else None
         # endpoint.enabled or task.agent: /v1 served from this engine (relay/endpoint/server.py)
-        self.endpoint = start_endpoint(cfg, self.engine, model_path, endpoint_token, env_pool) if serves else None
+        self.endpoint = start_endpoint(settings, self.engine, endpoint_token, env_pool) if serves else None
         self.agent = self._agent(env_pool, tool_executors or [])
-        self.scorer = None if env_pool is not None else Scorer(resolve_dotted(cfg.task.reward_fn_path))
+        self.scorer = None if env_pool is not None else Scorer(resolve_dotted(settings.task.reward_fn_path))
 
     def _agent(self, env_pool, tool_executors: list) -> AgentLoop | AgentRollout:
-        r, tl = self.cfg.rollout, self.cfg.tools
-        if self.cfg.task.agent:  # the agent programs run on the EnvPool, their calls reach self.endpoint
+        r, tl = self.settings.rollout, self.settings.tools
+        if self.settings.task.agent:  # the agent programs run on the EnvPool, their calls reach self.endpoint
             if self.env_pool is None:
                 raise ValueError("task.agent is set but this rollout worker was given no EnvPool")
             from relay.endpoint.rollout import AgentRollout  # aiohttp and the server: 0.2 s of every worker's start
 
             return AgentRollout(self.endpoint, self._run_agents)
-        common = dict(system_prompt=self.cfg.task.system_prompt, prompt_format=self.cfg.task.prompt_format)
+        common = dict(system_prompt=self.settings.task.system_prompt, prompt_format=self.settings.task.prompt_format)
         if self.staged is not None:
             common.update(partial_chunk=r.partial_chunk, pause=self._pause)
         if not self.multi_turn:  # one turn of max_new_tokens: the budget is that turn
@@ -116,10 +117,10 @@ class RolloutWorker(RelayActor, ReceivesWeights):
                 max_turns=1, max_tool_turns=0, max_tokens_per_turn=r.max_new_tokens, max_total_tokens=r.max_new_tokens
             )
             return AgentLoop(self.engine, self.tokenizer, limits, **common)
-        limits = AgentLimits.from_config(self.cfg)
+        limits = AgentLimits.of(r, tl)
         run_tools, schemas = self._tool_runner(tool_executors) if tl.enabled else (None, None)
         env = {}
-        if self.cfg.task.env:
+        if self.settings.task.env:
             if env_pool is None:
                 raise ValueError("task.env is set but this rollout worker was given no EnvPool")
             pool = self.env_pool  # deadlines; a pool lost under the episodes raises ShardLost
@@ -137,7 +138,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
     def _tool_runner(self, executors: list):
         """run_tools(calls) -> results, and the tools' schemas, for the executor pool or the tool server."""
-        tl = self.cfg.tools
+        tl = self.settings.tools
         if tl.server_url is not None:
             from relay.tools.client import ToolClient
             from relay.tools.registry import PythonTool, ToolRegistry
@@ -168,17 +169,17 @@ class RolloutWorker(RelayActor, ReceivesWeights):
 
     def encode_prompt(self, row: dict[str, Any]) -> list[int]:
         """A single-turn prompt's ids, as the agent loop encodes them (benchmarks generate from these)."""
-        fmt = ChatFormat(self.tokenizer, prompt_format=self.cfg.task.prompt_format)
-        return fmt.prompt_ids(row_messages(row, self.cfg.task.system_prompt))
+        fmt = ChatFormat(self.tokenizer, prompt_format=self.settings.task.prompt_format)
+        return fmt.prompt_ids(row_messages(row, self.settings.task.system_prompt))
 
     def encode_conversations(self, conversations: list[list[dict]]) -> list[Sample]:
         """Demonstrations (sft.*) laid out token for token as this worker's agent loop lays out episodes
         (task.agent: as its endpoint serves a chat, every assistant turn closed by the model's end-of-turn token)."""
-        stops = get_parser(self.cfg.tools.parser).stop_strings if self.cfg.tools.enabled else ()
+        stops = get_parser(self.settings.tools.parser).stop_strings if self.settings.tools.enabled else ()
         return [supervised_sample(self.agent.format, messages, stops) for messages in conversations]
 
     def sampling(self, step: int, greedy: bool = False, seed_index: int | None = None) -> SamplingParams:
-        r, index = self.cfg.rollout, self.index if seed_index is None else seed_index
+        r, index = self.settings.rollout, self.index if seed_index is None else seed_index
         return SamplingParams(
             n=1 if greedy else r.n,
             temperature=0.0 if greedy else r.temperature,
@@ -188,7 +189,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             stop=r.stop,
             # A seed per (run, step, worker) makes rollouts reproducible, so a resumed run samples exactly
             # what the uninterrupted run sampled; a lost worker's shard redone here keeps its `seed_index`.
-            seed=(self.cfg.run.seed * 1_000_003 + step * 1_009 + index) % 2**31,
+            seed=(self.settings.seed * 1_000_003 + step * 1_009 + index) % 2**31,
         )
 
     def rollout(
@@ -234,7 +235,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
     def _episodes(self) -> dict:
         return dict(
             episode_prefix=f"w{self.index}{self.life}-{self.episodes_started}",
-            max_live=self.cfg.rollout.max_live_episodes,
+            max_live=self.settings.rollout.max_live_episodes,
         )
 
     def _serializable(self, samples: list[Sample]) -> list[Sample]:
@@ -277,10 +278,10 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         self.busy_since = metrics["rollout/ended_at"]
         self.idle_since = time.perf_counter()
         self.rollout_version, self.tokens_per_s = self.weights_version, metrics["rollout/tokens_per_s"]
-        if self.cfg.tools.enabled:
+        if self.settings.tools.enabled:
             metrics.update(tool_call_counts(samples))  # the driver sums them over workers
         metrics.update(self.faults.take())  # env and tool faults met on the way: the driver counts them
-        if self.cfg.task.agent:
+        if self.settings.task.agent:
             metrics.update(self.agent.metrics)  # agent/calls_mean, agent/history_splits, ...
         return {**metrics, **episode_metrics(samples)} if self.multi_turn else metrics
 
@@ -359,17 +360,17 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         return peak_rss_mb()
 
 
-def start_endpoint(cfg: Config, engine: Engine, model_path: str, token: str | None, env_pool=None) -> EndpointServer:
+def start_endpoint(settings: RolloutSettings, engine: Engine, token: str | None, env_pool=None) -> EndpointServer:
     """The worker's endpoint, on endpoint.host or else endpoint_host()."""
     from relay.endpoint.server import EndpointServer  # imported by the workers that serve one
 
-    e, r = cfg.endpoint, cfg.rollout
+    e, r = settings.endpoint, settings.rollout
     return EndpointServer(
         engine,
-        host=e.host or endpoint_host(env_pool if cfg.task.agent else None),
+        host=e.host or endpoint_host(env_pool if settings.task.agent else None),
         port=e.port,
         parser=e.parser,
-        model_name=e.model_name or cfg.model.path,
+        model_name=e.model_name or settings.engine.model.path,
         max_tokens=r.max_tokens_per_turn or r.max_new_tokens,
         max_total_tokens=r.max_total_tokens,
         batch_wait_s=e.batch_wait_ms / 1000,
@@ -392,9 +393,3 @@ def endpoint_host(env_pool) -> str:
 def by_name(actor):
     """The actor handle for an actor's name (a str), or `actor` itself (a handle, or None)."""
     return ray.get_actor(actor) if isinstance(actor, str) else actor
-
-
-def peak_rss_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -26,6 +26,7 @@ from actors.supervision import ATTEMPTS_PER_CALL, role_actors
 from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
+from relay.config.role_settings import ProducerSettings
 from relay.envs.data import PromptIterator
 from relay.envs.reasoning_gym import by_dataset
 from relay.envs.scoring import trainable
@@ -317,7 +318,7 @@ def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: 
     """The step's plan for this run's layout and training.mode."""
     if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
         scored = lambda samples: score(cfg, actors, samples)  # noqa: E731
-        producer = RolloutProducer(cfg, actors, prompts, scored, start_step, pipeline)
+        producer = RolloutProducer(ProducerSettings.of(cfg), actors, prompts, scored, start_step, pipeline)
         actors.recovery.on_restore.append(producer.forget_learner_calls)  # they died with the lost learner
         return ActorCalls(cfg, actors, prompts, kl_ctl, producer)
     if one_call_steps(cfg, actors):  # colocated, nothing between the rollout and the update

@@ -36,7 +36,9 @@ def score(engine: HFEngine, category: str, model: str, rows: int) -> dict[str, f
     overrides = [f"model.path={model}", f"task.categories=[{category}]", f"task.num_eval_rows={rows}"]
     cfg = load_config(CONFIG, [*overrides, "task.num_train_rows=1"])
     held_out = task_rows(cfg)[1]
-    loop = AgentLoop(engine, engine.tokenizer, AgentLimits.from_config(cfg), prompt_format=cfg.task.prompt_format)
+    loop = AgentLoop(
+        engine, engine.tokenizer, AgentLimits.of(cfg.rollout, cfg.tools), prompt_format=cfg.task.prompt_format
+    )
     start = time.perf_counter()
     samples = loop.run(held_out, SamplingParams(n=1, temperature=0.0, max_tokens=cfg.rollout.max_new_tokens, seed=0))
     return {

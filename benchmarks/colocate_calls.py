@@ -35,6 +35,7 @@ def main() -> None:
     from actors.colocated import ColocatedWorker
     from actors.pools import loopback_node
     from relay.config import load_config
+    from relay.config.role_settings import ColocatedSettings
     from relay.envs.data import PromptIterator
     from relay.envs.scoring import trainable
     from relay.run.model_source import resolve_model_path
@@ -62,7 +63,7 @@ def main() -> None:
             self.update(trainable(samples), kl_coef=0.0)
             return time.perf_counter() - start
 
-    worker = TimedColocatedWorker.remote(cfg, resolve_model_path(cfg), 1)
+    worker = TimedColocatedWorker.remote(ColocatedSettings.of(cfg), resolve_model_path(cfg), 1)
     prompts = PromptIterator(task_rows(cfg)[0], cfg.run.seed)
 
     def two_calls(step: int) -> float:

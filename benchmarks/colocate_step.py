@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from relay.config.role_settings import PolicySettings
+from relay.config.role_settings import ColocatedSettings, PolicySettings, RolloutSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -41,8 +41,8 @@ def main() -> None:
     overrides = [f"training.prompts_per_step={a.prompts}", "rollout.max_new_tokens=8", *a.overrides]
     cfg = load_config(None, [*overrides, "resources.colocate=true"])
     path, rows = resolve_model_path(cfg), task_rows(cfg)[0]
-    colocated = ColocatedWorker(cfg, path, 1)
-    worker, learner = RolloutWorker(cfg, path, 0, 1), Learner(PolicySettings.of(cfg), path, 1)
+    colocated = ColocatedWorker(ColocatedSettings.of(cfg), path, 1)
+    worker, learner = RolloutWorker(RolloutSettings.of(cfg), path, 0, 1), Learner(PolicySettings.of(cfg), path, 1)
     prompts = {"colocated": PromptIterator(rows, 0), "separate": PromptIterator(rows, 0)}
 
     def step(kind: str, i: int) -> None:

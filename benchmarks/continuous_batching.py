@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 from relay.agent.loop import AgentLimits, AgentLoop  # noqa: E402
 from relay.config import load_config, resolve_dotted  # noqa: E402
+from relay.config.role_settings import EngineSettings  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.envs.base import EnvRunner  # noqa: E402
 from relay.envs.contract import EnvMaker  # noqa: E402
@@ -50,7 +51,7 @@ def one_call(cfg, engine, rows, cap: int, seed: int) -> dict:
     loop = AgentLoop(
         counting,
         engine.tokenizer,
-        AgentLimits.from_config(cfg),
+        AgentLimits.of(cfg.rollout, cfg.tools),
         env_reset=runner.reset,
         env_step=runner.step,
         env_close=runner.close,
@@ -91,7 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(REPO / "configs/textgame.yaml", [])
-    engine = make_engine(cfg, resolve_model_path(cfg))
+    engine = make_engine(EngineSettings.of(cfg), resolve_model_path(cfg))
     rows, _ = task_rows(cfg)
     results: dict[int, list[dict]] = {cap: [] for cap in args.caps}
     one_call(cfg, engine, rows[: args.rows], args.caps[0], seed=0)  # warm-up

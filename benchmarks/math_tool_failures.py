@@ -83,7 +83,7 @@ def agent_loop(engine: HFEngine, cfg, executor: ToolExecutor) -> AgentLoop:
     return AgentLoop(
         engine,
         engine.tokenizer,
-        AgentLimits.from_config(cfg),
+        AgentLimits.of(cfg.rollout, cfg.tools),
         parser=get_parser(cfg.tools.parser),
         run_tools=executor.run_batch,
         env_reset=envs.reset,

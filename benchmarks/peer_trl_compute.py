@@ -45,11 +45,12 @@ def interleaved(prompts: int, steps: int, model: Path, data: Path) -> dict[str, 
 
     from actors.colocated import ColocatedWorker
     from relay.config import load_config
+    from relay.config.role_settings import ColocatedSettings
     from relay.envs.data import PromptIterator
 
     torch.set_num_threads(1)
     cfg = load_config(None, [*relay_setting(model, data, prompts), "resources.colocate=true"])
-    relay = ColocatedWorker(cfg, str(model), 1)
+    relay = ColocatedWorker(ColocatedSettings.of(cfg), str(model), 1)
     train_rows = [json.loads(line) for line in (data / "train.jsonl").open()]
     relay_prompts = PromptIterator(train_rows, 0)
     times: dict[str, list[float]] = {"trl": [], "relay": [], "relay rollout": [], "relay update": []}

@@ -115,14 +115,16 @@ def bench_bare(cfg, model_path: str, rows, a, threads: int, weights) -> dict:
     import torch
 
     from actors.rollout import RolloutWorker
+    from relay.config.role_settings import RolloutSettings
     from relay.engines import make_engine
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    engine = make_engine(cfg, model_path)
+    settings = RolloutSettings.of(cfg)
+    engine = make_engine(settings.engine, model_path)
     start_s = time.perf_counter() - t0
     # The worker's own encoding and sampling, so both paths generate the same thing.
-    worker = SimpleNamespace(cfg=cfg, index=0, tokenizer=engine.tokenizer)
+    worker = SimpleNamespace(settings=settings, index=0, tokenizer=engine.tokenizer)
     prompts = [RolloutWorker.encode_prompt(worker, row) for row in rows]
     sampling = RolloutWorker.sampling(worker, step=0)
     seconds, groups = median_time(lambda: engine.generate(prompts, sampling), a.repeats)
@@ -141,11 +143,12 @@ def bench_actor(cfg, model_path: str, rows, a, threads: int, weights, cuda: bool
     import ray
 
     from actors.rollout import RolloutWorker
+    from relay.config.role_settings import RolloutSettings
 
     worker = (
         ray.remote(RolloutWorker)
         .options(num_cpus=threads, num_gpus=1 if cuda else 0)
-        .remote(cfg, model_path, 0, threads)
+        .remote(RolloutSettings.of(cfg), model_path, 0, threads)
     )
     t0 = time.perf_counter()
     ray.get(worker.weight_version.remote())

@@ -26,6 +26,7 @@ def main() -> None:
     from actors.rollout import RolloutWorker
     from actors.serializable import unpicklable
     from relay.config import load_config
+    from relay.config.role_settings import RolloutSettings
     from relay.envs.data import PromptIterator
     from relay.run.model_source import resolve_model_path
     from relay.run.rows import task_rows
@@ -33,7 +34,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load_config(None, a.overrides)
     path, rows = resolve_model_path(cfg), task_rows(cfg)[0]
-    worker, prompts = RolloutWorker(cfg, path, 0, 1), PromptIterator(rows, 0)
+    worker, prompts = RolloutWorker(RolloutSettings.of(cfg), path, 0, 1), PromptIterator(rows, 0)
     rollout_s, check_s, n = [], [], 0
     for step in range(a.steps):
         batch = prompts.take(cfg.training.prompts_per_step)

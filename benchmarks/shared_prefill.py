@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from relay.config import load_config  # noqa: E402
+from relay.config.role_settings import EngineSettings  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.engines.hf import HFEngine  # noqa: E402
@@ -74,7 +75,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(REPO / "configs/default.yaml", [])
-    shared = make_engine(cfg, resolve_model_path(cfg))
+    shared = make_engine(EngineSettings.of(cfg), resolve_model_path(cfg))
     engines = {"shared": shared, "unshared": HFEngine.sharing(shared.model, shared.tokenizer, share_prefill=False)}
     fmt = ChatFormat(shared.tokenizer, prompt_format=cfg.task.prompt_format)
     rows, _ = task_rows(cfg)

@@ -64,7 +64,7 @@ def play(engine: HFEngine, game: str, model: str, episodes: int) -> dict[str, fl
     loop = AgentLoop(
         engine,
         engine.tokenizer,
-        AgentLimits.from_config(cfg),
+        AgentLimits.of(cfg.rollout, cfg.tools),
         env_reset=envs.reset,
         env_step=envs.step,
         env_close=envs.close,

@@ -42,7 +42,7 @@ from typing import Any
 from relay.agent.episode import Episode as _Episode
 from relay.agent.episode import capped_calls, round_robin
 from relay.agent.metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
-from relay.config import Config
+from relay.config import RolloutConfig, ToolsConfig
 from relay.engines.base import Completion, Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.envs.chat import ChatFormat
@@ -70,10 +70,9 @@ class AgentLimits:
             )
 
     @classmethod
-    def from_config(cls, cfg: Config) -> AgentLimits:
+    def of(cls, r: RolloutConfig, tl: ToolsConfig) -> AgentLimits:
         """The limits rollout.* and tools.* set (validate() has checked them): max_tool_turns only
         with tools.enabled, max_tokens_per_turn defaults to rollout.max_new_tokens."""
-        r, tl = cfg.rollout, cfg.tools
         return cls(
             max_turns=r.max_turns,
             max_tool_turns=tl.max_tool_turns if tl.enabled else 0,

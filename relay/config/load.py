@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from relay.config.schema import Config, ConfigError
+from relay.config.bfcl import with_bfcl_env
 from relay.config.textarena import with_game_env
 from relay.config.validate import validate
 from relay.config.validate_pipeline import with_layout
@@ -49,7 +50,9 @@ def config_from_mapping(raw: dict[str, Any], overrides: list[str] = (), problems
             node = node[part]
         node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
     cfg = _build(Config, raw, "", problems)
-    cfg = dataclasses.replace(cfg, task=with_game_env(cfg.task))  # task.name=textarena: its game as task.env
+    # task.name=textarena: its game as task.env (a frozen_policy opponent: model.* and rollout.* too)
+    cfg = dataclasses.replace(cfg, task=with_game_env(cfg.task, cfg.model, cfg.rollout))
+    cfg = dataclasses.replace(cfg, task=with_bfcl_env(cfg.task))  # task.name=bfcl, multi-turn: its environment
     # Validate the best-effort tree too (bad values were replaced by defaults), skipping keys
     # that already have a problem, so one run lists everything.
     bad_keys = {problem.split(":")[0] for problem in problems}

@@ -3,10 +3,14 @@ the checks that refuse a game relay cannot run here in one line, before any acto
 
     task: {name: textarena, env_id: GuessTheNumber-v0, env_args: {max_turns: 8}}
     task: {name: textarena, env_id: TicTacToe-v0, opponent: random}    # a two-player game
+    task: {name: textarena, env_id: TicTacToe-v0, opponent: frozen_policy, opponent_temperature: 0}
 
 The game runs as an ordinary environment: loading fills task.env (TextArenaEnv) and task.env_config
-({env_id, env_args[, opponent]}) from these keys, so the EnvPool, the agent loop and the reward are the ones a
-user's own environment gets.
+({env_id, env_args[, opponent[, opponent_model]]}) from these keys, so the EnvPool, the agent loop and
+the reward are the ones a user's own environment gets. opponent_model is what the EnvPool needs to
+load and run the frozen policy (model.path and its tokenizer, the temperature, the tokens of a move),
+refilled from model.* and rollout.* on every load: a resolved config.yaml loaded with another
+model.path plays against that model.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ ENV_PATH = "relay.envs.textarena:TextArenaEnv"
 _ONLINE = re.compile(r"OpenRouter")
 # task.opponent for two-player games. textarena ships no scripted policy (its agents are hosted-LLM
 # clients, a console for a human and a local HF model), so relay's one is the weakest fair player:
-# random, a move drawn from those the game lists to it (relay/envs/textarena.py random_move).
-OPPONENTS = ("random",)
+# random, a move drawn from those the game lists to it (relay/envs/textarena.py random_move);
+# frozen_policy is the run's starting model, never updated (relay/envs/textarena_opponent.py).
+FROZEN_POLICY = "frozen_policy"
+OPPONENTS = ("random", FROZEN_POLICY)
 _NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
 
 
@@ -39,6 +45,8 @@ class TextArenaFields:
     env_id: str | None = None  # a registered game id, e.g. GuessTheNumber-v0
     env_args: dict[str, Any] = field(default_factory=dict)  # the game's constructor arguments, e.g. {max_turns: 8}
     opponent: str | None = None  # two-player games: who plays the other seat (OPPONENTS)
+    # opponent=frozen_policy: its sampling temperature (0: greedy); null: rollout.temperature, as the policy samples
+    opponent_temperature: float | None = None
 
 
 def game_config(task) -> dict[str, Any]:
@@ -46,21 +54,47 @@ def game_config(task) -> dict[str, Any]:
     return {"env_id": task.env_id, "env_args": dict(task.env_args), **opponent}
 
 
-def with_game_env(task):
+def opponent_model(task, model, rollout) -> dict[str, Any]:
+    """opponent=frozen_policy: the model the EnvPool loads (model.path as the config names it; the
+    EnvPool resolves it as the driver does) and how it samples; {} for any other opponent."""
+    if task.opponent != FROZEN_POLICY or model is None or rollout is None:
+        return {}
+    temperature = rollout.temperature if task.opponent_temperature is None else task.opponent_temperature
+    return {
+        "opponent_model": {
+            "path": model.path,
+            "tokenizer_path": model.tokenizer_path,
+            "trust_remote_code": model.trust_remote_code,
+            "temperature": temperature,
+            "max_tokens": rollout.max_tokens_per_turn or rollout.max_new_tokens,  # a move is one turn
+        }
+    }
+
+
+def own_config(env_config: dict) -> dict[str, Any]:
+    """task.env_config without what loading derives from model.* and rollout.*."""
+    return {k: v for k, v in env_config.items() if k != "opponent_model"}
+
+
+def with_game_env(task, model=None, rollout=None):
     """task.name=textarena: task.env and task.env_config filled in (when the user left them alone;
     a resolved config.yaml already holds the same values). Anything else is named by validate."""
-    if task.name != "textarena" or task.env not in (None, ENV_PATH) or task.env_config not in ({}, game_config(task)):
+    own = own_config(task.env_config)
+    if task.name != "textarena" or task.env not in (None, ENV_PATH) or own not in ({}, game_config(task)):
         return task
-    return dataclasses.replace(task, env=ENV_PATH, env_config=game_config(task))
+    env_config = {**game_config(task), **opponent_model(task, model, rollout)}
+    return dataclasses.replace(task, env=ENV_PATH, env_config=env_config)
 
 
 def validate_textarena(task) -> list[str]:
     if task.name != "textarena":
-        given = [k for k in ("env_id", "env_args", "opponent") if getattr(task, k)]
+        given = [
+            k for k in ("env_id", "env_args", "opponent", "opponent_temperature") if getattr(task, k) not in (None, {})
+        ]
         return [f"task.{k}: only task.name=textarena reads it, not {task.name!r}" for k in given]
     if task.env != ENV_PATH:
         return ["task.env: task.name=textarena runs its game itself; leave task.env out (or use task.name=custom)"]
-    if task.env_config != game_config(task):
+    if own_config(task.env_config) != game_config(task):
         return ["task.env_config: task.name=textarena takes the game's arguments in task.env_args"]
     if not task.env_id:
         return ["task.env_id: task.name=textarena needs a game id, e.g. task.env_id=GuessTheNumber-v0"]
@@ -69,7 +103,18 @@ def validate_textarena(task) -> list[str]:
     except ImportError:
         return [f"task.name: textarena needs the textarena package: {INSTALL}"]
     problem = check_game(ENV_REGISTRY, task.env_id, task.env_args, task.opponent)
-    return [problem] if problem else []
+    return ([problem] if problem else []) + check_opponent_temperature(task)
+
+
+def check_opponent_temperature(task) -> list[str]:
+    t = task.opponent_temperature
+    if t is None:
+        return []
+    if task.opponent != FROZEN_POLICY:
+        return [f"task.opponent_temperature: only task.opponent={FROZEN_POLICY} samples; {task.opponent!r} does not"]
+    if not 0 <= t < float("inf"):
+        return [f"task.opponent_temperature: must be a finite number >= 0 (0: greedy), got {t}"]
+    return []
 
 
 def check_game(registry: dict, env_id: str, args: Any, opponent: str | None = None) -> str | None:
@@ -97,7 +142,8 @@ def check_game(registry: dict, env_id: str, args: Any, opponent: str | None = No
     if players == 2 and opponent is None:
         return (
             f"task.opponent: {env_id} is a two-player game: name who plays the other seat, "
-            f"task.opponent=random (a move drawn from those the game lists)"
+            f"task.opponent=random (a move drawn from those the game lists) or task.opponent={FROZEN_POLICY} "
+            f"(the starting model, frozen)"
         )
     if players == 1 and opponent is not None:
         return f"task.opponent: {env_id} is a single-player game; leave task.opponent out"

@@ -5,9 +5,13 @@ class is imported when an engine is built, so the driver never loads torch, vLLM
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from relay.config.engine_registry import ENGINES
 from relay.engines.base import Engine
+
+if TYPE_CHECKING:
+    from relay.config.role_settings import EngineSettings
 
 
 def engine_class(name: str) -> type:
@@ -18,19 +22,21 @@ def engine_class(name: str) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
-def make_engine(cfg, model_path: str) -> Engine:
-    """The engine named by cfg.rollout.engine; native options pass through untouched. Every engine
+def make_engine(settings: EngineSettings, model_path: str) -> Engine:
+    """The engine named by `settings.engine` (rollout.engine, or reward_model.judge.engine: the
+    settings' `of` and `judge`); native options pass through untouched. Every engine
     takes (model_path, dtype, tokenizer_path, trust_remote_code, **engine_kwargs); one that serves
     LoRA adapters also takes `lora`: the config to serve, or None when syncs send merged weights."""
     from relay.models.resolve import model_folder
 
-    m, r = cfg.model, cfg.rollout
-    cls = engine_class(r.engine)
+    m, name, kwargs = settings.model, settings.engine, settings.engine_kwargs
+    cls = engine_class(name)
     # a GGUF tokenizer_path: its converted folder, which vLLM and SGLang can read too
     tokenizer_path = model_folder(m.tokenizer_path, "model.tokenizer_path") if m.tokenizer_path else None
-    if ENGINES[r.engine].can.max_lora_adapter_rank > 0:
-        lora = m.lora if m.lora.sends_adapters(r.engine) else None
-        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, lora=lora, **r.engine_kwargs)
-    if r.engine == "hf" and m.attn_implementation:  # the engine loads its own copy of the learner's model
-        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, attn_implementation=m.attn_implementation, **r.engine_kwargs)
-    return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, **r.engine_kwargs)
+    if ENGINES[name].can.max_lora_adapter_rank > 0:
+        lora = m.lora if m.lora.sends_adapters(name) else None
+        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, lora=lora, **kwargs)
+    if name == "hf" and m.attn_implementation:  # the engine loads its own copy of the learner's model
+        attn = m.attn_implementation
+        return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, attn_implementation=attn, **kwargs)
+    return cls(model_path, m.dtype, tokenizer_path, m.trust_remote_code, **kwargs)

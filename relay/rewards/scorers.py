@@ -1,7 +1,7 @@
 """The two kinds of reward model (reward_model.kind): each scores a list of Samples and says why
 a sample has no score (None where it has one).
 
-    scorer = make_scorer(cfg, path)          # ClassifierScorer or JudgeScorer
+    scorer = make_scorer(settings, path)     # ClassifierScorer or JudgeScorer (RewardModelSettings)
     scores, errors = scorer.score(samples)   # scores[i] is None exactly where errors[i] is not
 
 The classifier re-renders every sample from its messages with its own tokenizer and chat template
@@ -11,11 +11,9 @@ reward_model.judge.template, generates with one of relay's engines and parses th
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from relay.config import Config
+from relay.config.role_settings import RewardModelSettings
 from relay.rewards.reward_model import conversation, judge_prompt, parse_verdict, verdict_parser
 from relay.types import Sample
 
@@ -76,20 +74,13 @@ class ClassifierScorer:
 class JudgeScorer:
     """A generative judge on relay's engines (reward_model.judge.engine): greedy answers, parsed."""
 
-    def __init__(self, cfg: Config, path: str):
+    def __init__(self, settings: RewardModelSettings, path: str):
         from relay.engines import make_engine
         from relay.envs.chat import ChatFormat
 
-        rm = cfg.reward_model
+        rm = settings.reward_model
         self.judge = rm.judge
-        judge_cfg = dataclasses.replace(
-            cfg,
-            model=dataclasses.replace(
-                cfg.model, path=path, tokenizer_path=None, dtype=rm.dtype, trust_remote_code=rm.trust_remote_code
-            ),
-            rollout=dataclasses.replace(cfg.rollout, engine=self.judge.engine, engine_kwargs=self.judge.engine_kwargs),
-        )
-        self.engine = make_engine(judge_cfg, path)
+        self.engine = make_engine(settings.judge_engine, path)
         self.tokenizer = self.engine.tokenizer
         self.format = ChatFormat(self.tokenizer, prompt_format="chat")
         self.parser = verdict_parser(self.judge.parser)
@@ -122,8 +113,8 @@ class JudgeScorer:
         return scores, errors
 
 
-def make_scorer(cfg: Config, path: str) -> ClassifierScorer | JudgeScorer:
-    rm = cfg.reward_model
+def make_scorer(settings: RewardModelSettings, path: str) -> ClassifierScorer | JudgeScorer:
+    rm = settings.reward_model
     if rm.kind == "judge":
-        return JudgeScorer(cfg, path)
+        return JudgeScorer(settings, path)
     return ClassifierScorer(path, rm.dtype, rm.trust_remote_code, rm.max_length, rm.micro_batch_size)

@@ -22,6 +22,7 @@ from actors.restarts import wait_restarted
 from actors.reward_model import RewardModelPool
 from actors.supervision import ATTEMPTS_PER_CALL, Supervisor
 from relay.config import load_config
+from relay.config.role_settings import RewardPoolSettings
 from relay.failures import ActorLost, CallRaised
 from relay.types import Sample
 
@@ -139,7 +140,7 @@ def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(shared_ray, tm
     # a reward model is restarted (resources.max_restarts): each hang is killed at the deadline and
     # the shard sent again to the replacement, which hangs too, until the attempts run out
     judge = make(hang_in="score")
-    pool = RewardModelPool(load_config(None, ["reward_model.path=tiny-rm"]), [judge], faults)
+    pool = RewardModelPool(RewardPoolSettings.of(load_config(None, ["reward_model.path=tiny-rm"])), [judge], faults)
     with pytest.raises(ActorLost, match="reward_model-0 scores"):  # its max_restarts=3 run out first
         pool.score([Sample(prompt_ids=[1], response_ids=[2], loss_mask=[1])])
     counts = faults.take()

@@ -15,6 +15,7 @@ from actors.env import EnvPool
 from actors.pools import create_group, create_tool_executors, threads
 from actors.rollout import RolloutWorker
 from relay.config import load_config
+from relay.config.role_settings import RolloutSettings
 from relay.envs.math_tool import make_rows
 from relay.envs.textgame import TextGameEnv
 from relay.run.model_source import resolve_model_path
@@ -45,7 +46,7 @@ def start(cfg, run_name, tools=True):
         "rollout",
         cfg.resources.rollout,
         run_name,
-        lambda i: (cfg, path, i, threads(cfg, cfg.resources.rollout), env[0], executors),
+        lambda i: (RolloutSettings.of(cfg), path, i, threads(cfg, cfg.resources.rollout), env[0], executors),
         groups,
     )
     return worker, env[0], executors, groups

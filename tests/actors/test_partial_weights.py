@@ -16,6 +16,7 @@ from actors.pools import create_group
 from actors.rollout import RolloutWorker
 from actors.weights import WEIGHT_LANE
 from relay.config import RoleResources, load_config
+from relay.config.role_settings import RolloutSettings
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import shipped_model
 from relay.weights.transfer import WeightPayload
@@ -46,7 +47,7 @@ def worker(request, shared_ray):
         "rollout",
         RoleResources(cpus=1),
         "partial-test",
-        lambda i: (cfg, path, i, 1, None, None),
+        lambda i: (RolloutSettings.of(cfg), path, i, 1, None, None),
         groups,
         concurrency_groups={WEIGHT_LANE: 1},
     )

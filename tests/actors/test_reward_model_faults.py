@@ -13,6 +13,7 @@ from actors.pools import create_group
 from actors.reward_model import RewardModel, RewardModelPool
 from actors.supervision import Supervisor
 from relay.config import RoleResources, load_config
+from relay.config.role_settings import RewardModelSettings, RewardPoolSettings
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import RM_NAME, shipped_model
 from relay.types import Sample
@@ -33,12 +34,12 @@ def samples() -> list[Sample]:
 def test_a_killed_reward_model_is_restarted_and_its_shard_scored_again(shared_ray):
     cfg = load_config(None, ["reward_model.path=tiny-rm", "reward_model.rule_weight=0"])
     groups: list = []
-    make_args = lambda i: (cfg, str(shipped_model(RM_NAME)), i, 1)  # noqa: E731
+    make_args = lambda i: (RewardModelSettings.of(cfg), str(shipped_model(RM_NAME)), i, 1)  # noqa: E731
     handles = create_group(
         RewardModel, "reward_model", RoleResources(count=1, cpus=0.5), "rm-faults", make_args, groups, 2
     )
     faults = Supervisor(timeout_s=60.0, rollout_timeout_s=120.0, log=lambda line: None)
-    pool = RewardModelPool(cfg, handles, faults)
+    pool = RewardModelPool(RewardPoolSettings.of(cfg), handles, faults)
     first = samples()
     pool.score(first)
     assert faults.take()["faults/restarts"] == 0

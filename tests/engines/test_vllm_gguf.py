@@ -11,6 +11,7 @@ pytest.importorskip("vllm", reason="vllm not installed: pip install 'relay[vllm-
 pytest.importorskip("gguf")
 
 from relay.config import load_config  # noqa: E402
+from relay.config.role_settings import EngineSettings  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.engines.base import SamplingParams  # noqa: E402
 from relay.models.loading import load_model  # noqa: E402
@@ -25,7 +26,7 @@ def test_vllm_serves_the_converted_gguf_with_the_learners_logprobs(tmp_path, mon
     cfg = load_config(None, [f"model.path={file}", f"model.tokenizer_path={file}", "rollout.engine=vllm"])
     folder = resolve_model_path(cfg)
     set_num_threads = torch.set_num_threads
-    engine = make_engine(cfg, folder)
+    engine = make_engine(EngineSettings.of(cfg), folder)
     try:
         prompts = [engine.tokenizer(f"the cat {i}").input_ids for i in range(4)]
         groups = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_tokens=6, seed=0))

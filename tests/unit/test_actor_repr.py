@@ -11,7 +11,7 @@ from actors.learner import Learner, Reference
 from actors.rollout import RolloutWorker
 from actors.tools import ToolExecutor
 from relay.config import load_config
-from relay.config.role_settings import CriticSettings, PolicySettings
+from relay.config.role_settings import CriticSettings, PolicySettings, RolloutSettings
 from relay.envs.arithmetic import make_rows
 from relay.envs.scoring import Scorer
 from relay.tools.calls import ToolCall
@@ -26,7 +26,7 @@ def cfg():
 
 
 def test_rollout_worker_repr_follows_rollouts_and_weight_syncs(cfg, tiny_model_path):
-    worker = RolloutWorker(cfg, tiny_model_path, worker_index=1, num_threads=1)
+    worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, worker_index=1, num_threads=1)
     assert repr(worker) == "RolloutWorker(rollout-1, weights v0, no rollout yet, 0 tok/s)"
     samples, metrics = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     assert metrics["rollout/tokens_per_s"] > 0

@@ -134,7 +134,11 @@ def test_on_smollm2_the_agent_sees_the_environment_versions_tokens():
     env_engine = ScriptedEngine(tok, script)
     executor = ToolExecutor(recipe.tools.sandbox_limits, recipe.tools.sandbox)
     loop = AgentLoop(
-        env_engine, tok, AgentLimits.from_config(recipe), parser=get_parser("hermes"), run_tools=executor.run_batch
+        env_engine,
+        tok,
+        AgentLimits.of(recipe.rollout, recipe.tools),
+        parser=get_parser("hermes"),
+        run_tools=executor.run_batch,
     )
     [env] = loop.run([ROW], SAMPLING)
     [agent], agent_engine = agent_episodes(tok, [ROW])

@@ -11,7 +11,7 @@ from actors.learner import Learner
 from actors.rollout import RolloutWorker
 from relay.algos.advantages import compute_advantages
 from relay.config import ConfigError, load_config
-from relay.config.role_settings import PolicySettings
+from relay.config.role_settings import ColocatedSettings, PolicySettings, RolloutSettings
 from relay.envs.scoring import trainable
 from relay.run import metric_keys as keys
 from relay.run.rows import task_rows
@@ -31,8 +31,11 @@ def batch_of(samples) -> Batch:
 def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_model_path):
     cfg = load_config(None, [*SMALL, "resources.colocate=true"])
     rows = task_rows(cfg)[0][:4]
-    worker, learner = RolloutWorker(cfg, tiny_model_path, 0, 1), Learner(PolicySettings.of(cfg), tiny_model_path, 1)
-    colocated = ColocatedWorker(cfg, tiny_model_path, 1)
+    worker, learner = (
+        RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, 0, 1),
+        Learner(PolicySettings.of(cfg), tiny_model_path, 1),
+    )
+    colocated = ColocatedWorker(ColocatedSettings.of(cfg), tiny_model_path, 1)
     assert colocated.worker.engine.model is colocated.learner.model  # one module, no copy
 
     for step in range(3):
@@ -63,7 +66,8 @@ def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_mod
 def test_one_call_step_is_the_rollout_then_the_update(tiny_model_path):
     cfg = load_config(None, [*SMALL, "resources.colocate=true"])
     rows = task_rows(cfg)[0][:4]
-    two_calls, one_call = ColocatedWorker(cfg, tiny_model_path, 1), ColocatedWorker(cfg, tiny_model_path, 1)
+    settings = ColocatedSettings.of(cfg)
+    two_calls, one_call = ColocatedWorker(settings, tiny_model_path, 1), ColocatedWorker(settings, tiny_model_path, 1)
     for step in range(3):
         theirs, their_rollout = two_calls.rollout(rows, step, first_group_id=0)
         their_update = two_calls.update(trainable(theirs), kl_coef=0.0)

@@ -166,11 +166,11 @@ def test_agent_limits_are_built_from_the_config():
     from relay.agent.loop import AgentLimits
 
     cfg = load_config(REPO / "configs/math_tool.yaml")
-    assert AgentLimits.from_config(cfg) == AgentLimits(
+    assert AgentLimits.of(cfg.rollout, cfg.tools) == AgentLimits(
         max_turns=3, max_tool_turns=2, max_tokens_per_turn=32, max_total_tokens=128
     )
     textgame = load_config(REPO / "configs/textgame.yaml")  # no tools: no tool turns
-    assert AgentLimits.from_config(textgame).max_tool_turns == 0
+    assert AgentLimits.of(textgame.rollout, textgame.tools).max_tool_turns == 0
 
 
 @pytest.mark.parametrize(

@@ -160,10 +160,11 @@ def test_a_rollout_worker_that_serves_fences_its_engine(tiny_model_path):
     """The worker's own generate, the endpoint's and its weight loads share one fence."""
     from actors.rollout import RolloutWorker
     from relay.config import load_config
+    from relay.config.role_settings import RolloutSettings
     from relay.weights.transfer import WeightPayload
 
     cfg = load_config(None, ["endpoint.enabled=true", "endpoint.host=127.0.0.1"])
-    worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1, endpoint_token="k")
+    worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, worker_index=0, num_threads=1, endpoint_token="k")
     try:
         assert isinstance(worker.engine, FencedEngine)
         assert worker.agent.engine is worker.engine and worker.endpoint.engine is worker.engine
@@ -196,12 +197,13 @@ def test_rollout_partial_loads_staged_weights_inside_its_own_fenced_generate(tin
     the same thread goes on (no deadlock), and outside requests wait for both."""
     from actors.rollout import RolloutWorker
     from relay.config import load_config
+    from relay.config.role_settings import RolloutSettings
     from relay.envs.arithmetic import make_rows
     from relay.weights.transfer import WeightPayload
 
     overrides = ["training.mode=async", "rollout.partial=true", "rollout.partial_chunk=1", "rollout.n=2"]
     cfg = load_config(None, [*overrides, "endpoint.enabled=true", "endpoint.host=127.0.0.1"])
-    worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1)
+    worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, worker_index=0, num_threads=1)
     try:
         payload = WeightPayload.of(dict(worker.engine.engine.model.state_dict()))
         assert worker.update_weights(payload, 1) == 0.0  # staged for the rollout's next pause
@@ -222,9 +224,10 @@ def test_a_colocated_worker_holds_the_fence_while_the_learner_uses_the_module(ti
     changes in place: an outside request waits for the update and names its version."""
     from actors.colocated import ColocatedWorker
     from relay.config import load_config
+    from relay.config.role_settings import ColocatedSettings
 
     cfg = load_config(None, ["resources.colocate=true", "endpoint.enabled=true", "endpoint.host=127.0.0.1"])
-    worker = ColocatedWorker(cfg, tiny_model_path, 1, endpoint_token="k")
+    worker = ColocatedWorker(ColocatedSettings.of(cfg), tiny_model_path, 1, endpoint_token="k")
     server = worker.worker.endpoint
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)

@@ -144,16 +144,18 @@ def test_make_engine_branches_pass_options_untouched(monkeypatch, name, module, 
     """make_engine hands model path, dtype, tokenizer and engine_kwargs to the named engine."""
     import importlib
 
-    from relay.config import Config, ModelConfig, RolloutConfig
+    from relay.config import ModelConfig
+    from relay.config.role_settings import EngineSettings
     from relay.engines import make_engine
 
     calls = []
     monkeypatch.setattr(importlib.import_module(module), cls, lambda *a, **kw: calls.append((a, kw)) or "built")
-    cfg = Config(
+    settings = EngineSettings(
         model=ModelConfig(path="/m", dtype="bfloat16", tokenizer_path="/t"),
-        rollout=RolloutConfig(engine=name, engine_kwargs={"gpu_memory_utilization": 0.5, "any_native": [1]}),
+        engine=name,
+        engine_kwargs={"gpu_memory_utilization": 0.5, "any_native": [1]},
     )
-    assert make_engine(cfg, "/resolved") == "built"
+    assert make_engine(settings, "/resolved") == "built"
     want = {"gpu_memory_utilization": 0.5, "any_native": [1]}
     if name == "vllm":  # no LoRA in this config: the engine gets lora=None and serves full weights
         want = {"lora": None, **want}

@@ -16,6 +16,7 @@ import pytest
 from relay.config import ENGINES, ConfigError, EngineCapabilities, load_config
 from relay.config.engine_registry import engines_that
 from relay.config.reward_model import JudgeConfig
+from relay.config.role_settings import ColocatedSettings
 from relay.config.schema import RolloutConfig
 from relay.engines import engine_class
 from relay.engines.base import Engine, SharingEngine
@@ -108,7 +109,7 @@ def test_a_colocated_worker_builds_the_registered_class(monkeypatch, tiny_model_
 
     monkeypatch.setattr(actors.colocated, "engine_class", lambda name: Tagged)
     cfg = load_config("configs/default.yaml", ["resources.colocate=true"])
-    worker = actors.colocated.ColocatedWorker(cfg, tiny_model_path, num_threads=1)
+    worker = actors.colocated.ColocatedWorker(ColocatedSettings.of(cfg), tiny_model_path, num_threads=1)
     assert type(worker.worker.engine) is Tagged and worker.worker.engine.model is worker.learner.model
 
 

@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("gguf")
 
 from relay.config import ConfigError, load_config  # noqa: E402
+from relay.config.role_settings import EngineSettings  # noqa: E402
 from relay.engines import make_engine  # noqa: E402
 from relay.models import gguf_folder  # noqa: E402
 from relay.models.loading import load_model, load_tokenizer  # noqa: E402
@@ -68,7 +69,8 @@ def test_every_role_gets_the_converted_folder(cache):
     file, folder = cache
     cfg = load_config(None, [f"model.path={file}", f"model.tokenizer_path={file}"])
     assert resolve_model_path(cfg) == str(folder)  # the learner, reference, critic and rollout workers load it
-    engine = make_engine(cfg, str(folder))  # model.tokenizer_path as a .gguf reaches the engine as the folder
+    # model.tokenizer_path as a .gguf reaches the engine as the folder
+    engine = make_engine(EngineSettings.of(cfg), str(folder))
     assert engine.tokenizer.name_or_path == str(folder)
     assert load_model(str(file)).config.hidden_size == 64  # a loader given the file itself
     assert model_folder(str(file), "reward_model.path") == str(folder)

@@ -10,6 +10,7 @@ import pytest
 
 from actors.reward_model import RewardModelPool
 from relay.config import ConfigError, load_config
+from relay.config.role_settings import RewardPoolSettings
 from relay.config.user_code import check_reward_fn, wants_rm_score
 from relay.config.verdicts import VERDICT_PARSERS, parse_number, parse_yes_no, verdict_parser
 from relay.envs.trajectory import reward_caller
@@ -110,7 +111,9 @@ def test_a_reward_function_with_rm_score_gets_it_by_keyword():
 
 
 def pool(*overrides: str) -> RewardModelPool:
-    return RewardModelPool(load_config(None, ["reward_model.path=tiny-rm", *overrides]), handles=[])
+    return RewardModelPool(
+        RewardPoolSettings.of(load_config(None, ["reward_model.path=tiny-rm", *overrides])), handles=[]
+    )
 
 
 def test_weights_combine_the_rule_reward_and_the_score():

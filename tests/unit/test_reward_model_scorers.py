@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from relay.config import load_config
+from relay.config.role_settings import RewardModelSettings
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import RM_NAME, shipped_model
 from relay.rewards.scorers import ClassifierScorer, JudgeScorer
@@ -49,10 +50,11 @@ def test_the_shipped_reward_model_prefers_right_sums_to_dropped_carries(classifi
 def test_a_judge_on_the_hf_engine_and_its_malformed_verdicts(tiny_model_path):
     torch.set_num_threads(1)
     overrides = ["reward_model.path=tiny-rm", "reward_model.kind=judge", 'reward_model.judge.template="{prompt}"']
-    judge = JudgeScorer(load_config(None, overrides), tiny_model_path)  # the tiny model answers the sum itself
+    judge = JudgeScorer(RewardModelSettings.of(load_config(None, overrides)), tiny_model_path)  # answers the sum
     samples = [sample("12+34", "x"), sample("20+5", "y")]
     scores, errors = judge.score(samples)
     assert errors == [None, None] and all(isinstance(v, float) for v in scores)
-    strict = JudgeScorer(load_config(None, [*overrides, "reward_model.judge.parser=yes_no"]), tiny_model_path)
+    yes_no = RewardModelSettings.of(load_config(None, [*overrides, "reward_model.judge.parser=yes_no"]))
+    strict = JudgeScorer(yes_no, tiny_model_path)
     scores, errors = strict.score(samples)  # a number is neither yes nor no: counted errors, no exception
     assert scores == [None, None] and all(e.startswith("judge verdict: the verdict") for e in errors)

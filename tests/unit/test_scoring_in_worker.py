@@ -9,6 +9,7 @@ from actors.pools import actor_bundles, actor_roles
 from actors.rollout import RolloutWorker
 from actors.steps import count_failures
 from relay.config import load_config
+from relay.config.role_settings import RolloutSettings
 from relay.envs.arithmetic import arithmetic_reward, make_rows
 
 
@@ -24,7 +25,7 @@ def test_only_environments_and_heavy_rewards_get_env_pool_actors():
 
 
 def test_the_worker_returns_its_samples_scored(tiny_model_path):
-    worker = RolloutWorker(load_config(None, ["rollout.n=2"]), tiny_model_path, worker_index=0, num_threads=1)
+    worker = RolloutWorker(RolloutSettings.of(load_config(None, ["rollout.n=2"])), tiny_model_path, 0, num_threads=1)
     samples, metrics = worker.rollout(make_rows(3, 0, 2), step=0, first_group_id=0)
     assert len(samples) == 6 and metrics["rollout/reward_seconds"] >= 0
     assert [s.reward for s in samples] == [arithmetic_reward(s) for s in samples]
@@ -34,7 +35,7 @@ def test_the_worker_returns_its_samples_scored(tiny_model_path):
 
 def test_reward_errors_come_back_on_the_samples_and_are_counted(tiny_model_path):
     cfg = load_config(None, ["rollout.n=4", "task.reward_fn=tests.e2e.user_rewards:always_nan"])
-    worker = RolloutWorker(cfg, tiny_model_path, worker_index=0, num_threads=1)
+    worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, worker_index=0, num_threads=1)
     samples, _ = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     assert all(s.reward == 0.0 and "reward is nan" in s.reward_error for s in samples)
     assert count_failures(samples)["reward/errors"] == 8.0
@@ -46,7 +47,7 @@ def test_a_sample_that_cannot_be_pickled_becomes_a_counted_record(tiny_model_pat
     deep: list = []
     for _ in range(5_000):
         deep = [deep]
-    worker = RolloutWorker(load_config(None, ["rollout.n=2"]), tiny_model_path, worker_index=0, num_threads=1)
+    worker = RolloutWorker(RolloutSettings.of(load_config(None, ["rollout.n=2"])), tiny_model_path, 0, num_threads=1)
     run = worker.agent.run
 
     def run_with_bad_data(*args, **kwargs):

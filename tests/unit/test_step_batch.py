@@ -14,7 +14,7 @@ from relay.algos.kl import kl_penalty
 from relay.algos.registry import ESTIMATORS
 from relay.algos.utils import masked_mean
 from relay.config import load_config
-from relay.config.role_settings import PolicySettings
+from relay.config.role_settings import PolicySettings, RolloutSettings
 from relay.run.metric_keys import KL_MEAN, REWARD_MEAN, REWARD_STD
 from relay.run.rows import task_rows
 from relay.types import Batch, Sample
@@ -51,7 +51,7 @@ def driver_batch(samples, a, old=None, ref=None, values=None, kl_coef=0.0):
 @pytest.fixture(scope="module")
 def rollouts(tiny_model_path):
     cfg = load_config(None, SMALL)
-    worker = RolloutWorker(cfg, tiny_model_path, 0, 1)
+    worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, 0, 1)
     rows = task_rows(cfg)[0][:4]
     return [worker.rollout(rows, step, first_group_id=0)[0] for step in range(2)]
 

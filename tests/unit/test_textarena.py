@@ -103,7 +103,7 @@ def test_bad_games_and_arguments_are_one_line_each():
     (p,) = problems("task.env_id=TicTacToe-v0")
     assert p.startswith("task.opponent: TicTacToe-v0 is a two-player game: name who plays the other seat, task.opp")
     (p,) = problems("task.env_id=TicTacToe-v0", "task.opponent=minimax")
-    assert p == "task.opponent: 'minimax' is not an opponent relay has (choose from: random)"
+    assert p == "task.opponent: 'minimax' is not an opponent relay has (choose from: random, frozen_policy)"
     (p,) = problems("task.env_id=GuessTheNumber-v0", "task.opponent=random")
     assert p == "task.opponent: GuessTheNumber-v0 is a single-player game; leave task.opponent out"
     (p,) = problems("task.env_id=SecretMafia-v0", "task.opponent=random")

@@ -197,9 +197,11 @@ def test_busy_spans_join_a_streams_groups_and_keep_the_gaps():
 def test_the_rollout_worker_stamps_its_busy_spans(tiny_model_path):
     from actors.rollout import RolloutWorker
     from relay.config import load_config
+    from relay.config.role_settings import RolloutSettings
     from relay.envs.arithmetic import make_rows
 
-    worker = RolloutWorker(load_config(None, ["rollout.n=2"]), tiny_model_path, worker_index=0, num_threads=1)
+    settings = RolloutSettings.of(load_config(None, ["rollout.n=2"]))
+    worker = RolloutWorker(settings, tiny_model_path, worker_index=0, num_threads=1)
     before = time.time()
     _, called = worker.rollout(make_rows(2, 0, 2), step=0, first_group_id=0)
     streamed = [m for _, m in worker.rollout_stream(make_rows(3, 0, 2), step=1, first_group_id=0)]

@@ -94,4 +94,4 @@ def test_the_setting_is_checked_and_read():
         load_config(REPO / "configs/math_tool.yaml", ["tools.max_calls_per_turn=0"])
     assert err.value.problems == ["tools.max_calls_per_turn: must be >= 1, got 0"]
     cfg = load_config(REPO / "configs/math_tool.yaml", ["tools.max_calls_per_turn=2"])
-    assert AgentLimits.from_config(cfg).max_calls_per_turn == 2
+    assert AgentLimits.of(cfg.rollout, cfg.tools).max_calls_per_turn == 2
