@@ -13,8 +13,8 @@ policy (relay/run/elastic.py):
   - one_step_off / async: grow by one when fewer than half a step's groups are left waiting in the
     producer's buffer after a step took its batch (the learner is about to wait); shrink by one after
     3 steps in a row with a whole step's groups or more left waiting (rollout runs ahead).
-In sync mode a step's prompts are split evenly over the workers, so the pool rolls out on counts
-that divide training.prompts_per_step (a worker ready beyond such a count waits for the next one).
+In sync mode a step's prompts are split evenly over the workers, so the pool steps through the
+counts that divide training.prompts_per_step (16 prompts, {min: 1, max: 4}: 1, 2, 4).
 A plain integer is a fixed pool, as always.
 """
 
