@@ -19,8 +19,9 @@ The run's first `min` workers are actor_pools'; they are restarted by Ray as alw
 added here are let go instead: one that dies, or whose node drains or leaves, is dropped, and a
 sync step's shard lost with it is redone on another worker with its seed (Supervisor.reroute,
 actors/supervision.py). In the overlapped modes the producer's calls in flight are drained before
-a worker leaves (its calls index the workers); a call lost mid-flight with an added worker goes
-through the producer's own recovery (Ray restarts the worker where its group is placed again).
+a worker leaves (its calls index the workers); a worker whose node is gone, and the calls lost
+with it, go through the producer's own recovery (Ray restarts the worker where its group is placed
+again), as the first min workers' do.
 """
 
 from __future__ import annotations
@@ -215,7 +216,12 @@ class ElasticPool:
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         draining = draining_nodes()
         for extra in placed:
-            if extra.node not in alive or extra.node in draining:
+            if extra.node not in alive and self.producer is not None:
+                # its calls in flight fail into the producer's recovery, which waits for Ray's replacement
+                # (where its group is placed again): draining them here first would wait just as long
+                say(f"elastic pool: rollout-{extra.index}'s node {extra.node[:8]} is gone; Ray restarts it")
+                extra.node = None
+            elif extra.node not in alive or extra.node in draining:
                 self._stop(extra, f"its node {extra.node[:8]} is {'draining' if extra.node in alive else 'gone'}")
 
     def reroute(self, lost) -> tuple[object, int] | None:
