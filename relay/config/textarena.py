@@ -8,7 +8,7 @@ the checks that refuse a game relay cannot run here in one line, before any acto
 The game runs as an ordinary environment: loading fills task.env (TextArenaEnv) and task.env_config
 ({env_id, env_args[, opponent[, opponent_model]]}) from these keys, so the EnvPool, the agent loop and
 the reward are the ones a user's own environment gets. opponent_model is what the EnvPool needs to
-load and run the frozen policy (model.path and its tokenizer, the temperature, the tokens of a move),
+load and run the frozen policy (model.path and its tokenizer, the temperature, a move's tokens and stops),
 refilled from model.* and rollout.* on every load: a resolved config.yaml loaded with another
 model.path plays against that model.
 """
@@ -67,6 +67,7 @@ def opponent_model(task, model, rollout) -> dict[str, Any]:
             "trust_remote_code": model.trust_remote_code,
             "temperature": temperature,
             "max_tokens": rollout.max_tokens_per_turn or rollout.max_new_tokens,  # a move is one turn
+            "stop": list(rollout.stop),  # a move ends where the policy's turns end
         }
     }
 

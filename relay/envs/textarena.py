@@ -151,7 +151,8 @@ class TextArenaEnv:
         m = self.opponent_model
         policy = frozen_policy(m["path"], m.get("tokenizer_path"), bool(m.get("trust_remote_code")))
         self.opponent_chat.append({"role": "user", "content": self._new_messages(seat)})
-        text = policy.move(self.opponent_chat, float(m["temperature"]), int(m["max_tokens"]), self.rng.randrange(2**63))
+        seed, stop = self.rng.randrange(2**63), tuple(m.get("stop") or ())
+        text = policy.move(self.opponent_chat, float(m["temperature"]), int(m["max_tokens"]), seed, stop)
         self.opponent_chat.append({"role": "assistant", "content": text})
         return self._formatted(text)
 

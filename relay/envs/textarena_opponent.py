@@ -15,7 +15,9 @@ How it plays. As the learner does: the same system prompt, the game's messages s
 as the user's turn (the learner's moves as "Opponent's move: ..."), its own moves as the
 assistant's, through the model's chat template. Greedy at temperature 0, else sampled from
 softmax(logits / temperature) with a generator seeded from the game's seed (reproducible, and no
-draw from the process's RNG), up to max_tokens tokens per move. Its text becomes a move exactly as
+draw from the process's RNG), up to max_tokens tokens per move, ending at the end-of-turn token or
+at rollout.stop's strings as the engines end the policy's turns (the token whose text holds one is
+the last, kept). Its text becomes a move exactly as
 the learner's does (brackets added where the game's default version adds them); an invalid move
 is the game's to judge, warned and then lost, and counted apart (env/opponent_invalid_moves).
 """
@@ -42,7 +44,9 @@ class FrozenPolicy:
         eos = model.generation_config.eos_token_id
         self.stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
 
-    def move(self, messages: list[dict], temperature: float, max_tokens: int, seed: int) -> str:
+    def move(
+        self, messages: list[dict], temperature: float, max_tokens: int, seed: int, stop: tuple[str, ...] = ()
+    ) -> str:
         import torch
 
         prompt = self.format.prompt_ids(messages)
@@ -58,7 +62,7 @@ class FrozenPolicy:
                 else:
                     token = int(logits.argmax())
                 tokens.append(token)
-                if token in self.stop_ids:
+                if token in self.stop_ids or (stop and any(s in self.tokenizer.decode(tokens) for s in stop)):
                     break
                 step = torch.tensor([[token]])
         return self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -54,6 +54,7 @@ def test_an_episode_against_the_starting_model_runs_to_the_end():
             "trust_remote_code": False,
             "temperature": 0,
             "max_tokens": 8,
+            "stop": [],
         },
     }
     runner = EnvRunner(EnvMaker(TextArenaEnv, cfg.task.env_config))
@@ -109,6 +110,15 @@ def test_a_sampling_opponent_replays_its_game_from_the_seed():
     assert games[0] == games[1]
 
 
+def test_a_move_ends_where_the_policys_turns_end():
+    digits = [str(d) for d in range(10)]
+    cfg = load_config(None, [*FROZEN, "rollout.max_tokens_per_turn=12", f"rollout.stop={digits}"])
+    env = TextArenaEnv(cfg.task.env_config)
+    play(env, seed=0)
+    moves = [m["content"] for m in env.opponent_chat if m["role"] == "assistant"]
+    assert moves and all(m[-1] in digits and not any(c in digits for c in m[:-1]) for m in moves)
+
+
 def test_the_opponents_moves_are_judged_by_the_rules_and_counted_apart(monkeypatch):
     class Scripted:
         """An invalid move, then the first move the game lists: warned once, then play goes on."""
@@ -116,7 +126,7 @@ def test_the_opponents_moves_are_judged_by_the_rules_and_counted_apart(monkeypat
         def __init__(self):
             self.seen = []
 
-        def move(self, messages, temperature, max_tokens, seed):
+        def move(self, messages, temperature, max_tokens, seed, stop=()):
             self.seen.append([dict(m) for m in messages])
             return "no idea" if len(messages) == 2 else random_move([messages[-1]["content"]], random.Random(0))
 
