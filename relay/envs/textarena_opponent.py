@@ -17,9 +17,9 @@ assistant's, through the model's chat template. Greedy at temperature 0, else sa
 softmax(logits / temperature) with a generator seeded from the game's seed (reproducible, and no
 draw from the process's RNG), up to max_tokens tokens per move, ending at the end-of-turn token or
 at rollout.stop's strings as the engines end the policy's turns (the token whose text holds one is
-the last, kept). Its text becomes a move exactly as
-the learner's does (brackets added where the game's default version adds them); an invalid move
-is the game's to judge, warned and then lost, and counted apart (env/opponent_invalid_moves).
+the last, kept). Its text becomes a move exactly as the learner's does (brackets added where the
+game's default version adds them); an invalid move is the game's to judge, warned and then lost,
+and counted apart (env/opponent_invalid_moves).
 """
 
 from __future__ import annotations
