@@ -54,7 +54,7 @@ def starting_count(count: int | CountRange) -> int:
 
 
 def fixed(res: RoleResources) -> RoleResources:
-    """`res` with a range's count replaced by its min: what the run starts with, for the code that counts actors."""
+    """`res` with a range's count replaced by its min: what the run starts with, for code that counts workers."""
     return replace(res, count=starting_count(res.count)) if is_elastic(res.count) else res
 
 
