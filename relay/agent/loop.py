@@ -334,12 +334,15 @@ class AgentLoop:
             e.env_rewards.append(r.reward)
             e.env_dones.append(r.done)
             e.env_infos.append(r.info)
+            # calls the environment ran itself count with the loop's own (agent/tool_calls, tool_errors)
+            e.tool_calls += [{**c, "turn": e.turns} for c in r.info.get("tool_calls", ())]
             if r.done:
                 e.finish = FinishReason.STOP
             elif e.turns >= self.limits.max_turns:
                 e.finish = FinishReason.MAX_TURNS
-            else:
-                self._observe(e, [{"role": "user", "content": r.observation}])
+            else:  # text is the user's next message; a list of messages ("tool" results) goes in as it is
+                user = isinstance(r.observation, str)
+                self._observe(e, [{"role": "user", "content": r.observation}] if user else r.observation)
 
     def _observe(self, e: _Episode, observation: str | list[dict]) -> None:
         ids = self.format.observation_ids(observation, e.eos_token)

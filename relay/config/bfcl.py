@@ -4,10 +4,14 @@
 `task.categories: [simple_python, multiple, parallel]` (equal weights) or a weighted mix
 `task.categories: {simple_python: 2, parallel: 1}`; empty: DEFAULT_CATEGORIES. The names are
 BFCL's own, so `reward/<category>` and `eval/<category>/accuracy` read like the leaderboard's columns.
+A multi-turn category (`task.categories: [multi_turn_base]`) makes the task an environment task:
+loading sets task.env to BfclEnv (with_bfcl_env), whose episodes run the model's calls against the
+package's simulated APIs (relay/envs/bfcl_multi_turn.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +34,10 @@ AST_CATEGORIES = (
     "live_parallel",
     "live_parallel_multiple",
 )
-CATEGORIES = (*AST_CATEGORIES, "irrelevance", "live_irrelevance")
+# Multi-turn categories run as episodes against the package's simulated APIs (relay/envs/bfcl_multi_turn.py).
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+CATEGORIES = (*AST_CATEGORIES, "irrelevance", "live_irrelevance", *MULTI_TURN_CATEGORIES)
+ENV_PATH = "relay.envs.bfcl_multi_turn:BfclEnv"
 DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel")
 
 
@@ -51,6 +58,20 @@ def categories(task) -> dict[str, float]:
     if isinstance(given, dict):
         return {name: float(w) for name, w in given.items()}
     return {name: 1.0 for name in given}
+
+
+def multi_turn(task) -> bool:
+    """Whether task.categories names a multi-turn category (read before validation: any value)."""
+    given = task.categories
+    return isinstance(given, (list, tuple, dict)) and any(name in MULTI_TURN_CATEGORIES for name in given)
+
+
+def with_bfcl_env(task):
+    """task.name=bfcl with a multi-turn category: task.env is BfclEnv, which runs every row of the
+    mix (a single-turn row as one step). A task.env the user set is left for validate to name."""
+    if task.name != "bfcl" or task.env is not None or not multi_turn(task):
+        return task
+    return dataclasses.replace(task, env=ENV_PATH)
 
 
 def validate_bfcl(task, tools) -> list[str]:
@@ -78,7 +99,13 @@ def validate_bfcl(task, tools) -> list[str]:
             f"got {tools.parser!r} (hermes: <tool_call>{{...}}</tool_call>)"
         )
     if tools.enabled:
-        p.append("tools.enabled: task.name=bfcl checks the calls of one turn and runs none; set tools.enabled=false")
+        p.append(
+            "tools.enabled: task.name=bfcl's environment runs the calls of its multi-turn rows itself; set tools.enabled=false"
+            if multi_turn(task)
+            else "tools.enabled: task.name=bfcl checks the calls of one turn and runs none; set tools.enabled=false"
+        )
+    if multi_turn(task) and task.env != ENV_PATH:
+        p.append("task.env: task.name=bfcl runs its multi-turn categories in its own environment; leave task.env out")
     try:
         import bfcl_eval  # noqa: F401
     except ImportError:

@@ -11,7 +11,11 @@ describes (`MyEnv(config)` with `task.env_config`, or `MyEnv()`), one instance p
 flight (EnvRunner pools and reuses them). The agent loop (relay/agent/loop.py) gives every model turn
 that is not a tool call to `step` as the action; the observation comes back to the model as a
 user turn. The model sees: the system prompt get_prompt_prefix() returns (task.system_prompt
-when that is empty), then reset()'s observation as the user's message.
+when that is empty), then reset()'s observation as the user's message. A step's observation may
+instead be a list of chat messages, appended as they are: an environment that runs the model's
+tool calls itself returns their results as {"role": "tool", "name": ..., "content": ...} messages,
+and lists the calls in info["tool_calls"] ({name, arguments, ok, error, seconds} each), which join
+Sample.tool_calls like the agent loop's own calls (relay/envs/bfcl_multi_turn.py).
 
 Rewards: the reward of each step lands in Sample.token_rewards at the last token of the model
 turn that earned it (per-turn credit for token-level estimators) and in Sample.meta["env"]
@@ -62,7 +66,7 @@ class ResetResult:
 
 @dataclass
 class StepResult:
-    observation: str = ""
+    observation: str | list[dict] = ""  # the user's next message, or chat messages ({"role": "tool", ...})
     reward: float = 0.0
     done: bool = True
     info: dict[str, Any] = field(default_factory=dict)
@@ -111,7 +115,8 @@ class EnvRunner:
             env = self.live[eid]
             try:
                 obs, reward, done, info = env.step(action)
-                res = StepResult(str(obs), float(reward), bool(done), dict(info or {}))
+                obs = [dict(m) for m in obs] if isinstance(obs, list) else str(obs)  # messages, or text
+                res = StepResult(obs, float(reward), bool(done), dict(info or {}))
             except Exception as e:
                 self._end(eid, self.live.pop(eid), reuse=False)  # its state is unknown now: never reuse it
                 out.append(StepResult(error=self._report(_error("step", e))))

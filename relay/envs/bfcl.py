@@ -29,7 +29,11 @@ BFCL scores them. Metrics split by category in a mix: `reward/<category>`,
 `eval/<category>/accuracy` (relay.envs.reasoning_gym.by_dataset reads ground_truth["dataset"]).
 
 Demonstrations (sft.data: task): training rows answered with their possible answers' first
-allowed values, in the run's call format, each one checked by the same checker.
+allowed values, in the run's call format, each one checked by the same checker (single-turn rows
+only).
+
+Multi-turn categories (multi_turn_base, ...) run as episodes in relay's environment pool against
+the package's simulated APIs: relay/envs/bfcl_multi_turn.py.
 
 The checker's module imports `bfcl_eval.constants.model_config`, which imports every vendor's
 SDK the package's runners use. The checker reads it only to learn whether a model's API renamed
@@ -50,7 +54,7 @@ from importlib import resources
 from typing import Any
 
 from relay.config import ConfigError
-from relay.config.bfcl import AST_CATEGORIES, categories
+from relay.config.bfcl import AST_CATEGORIES, MULTI_TURN_CATEGORIES, categories
 from relay.envs.reasoning_gym import shares
 from relay.envs.tool_tasks import question
 
@@ -81,27 +85,34 @@ def read_category(category: str) -> list[dict[str, Any]]:
     return rows
 
 
-def split(rows: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
-    """(training pool, held-out pool) of one category: fixed by row id, the same in every run."""
-    ordered = sorted(rows, key=lambda row: hashlib.sha256(row["id"].encode()).hexdigest())
+def split(rows: list[dict[str, Any]], key=lambda row: row["id"]) -> tuple[list[dict], list[dict]]:
+    """(training pool, held-out pool) of one category: fixed by row id (multi-turn rows: by their
+    scenario, relay/envs/bfcl_multi_turn.py), the same in every run."""
+    ordered = sorted(rows, key=lambda row: hashlib.sha256(key(row).encode()).hexdigest())
     n_held_out = -(-len(ordered) // HELD_OUT_FRACTION)
     return ordered[n_held_out:], ordered[:n_held_out]
 
 
 def make_rows(task, parser: str, seed: int) -> tuple[list[dict], list[dict]]:
     """(training rows, held-out rows) of the task's categories; no held-out row is ever a training one."""
+    from relay.envs import bfcl_multi_turn as multi_turn  # it imports this module
+
     weights = categories(task)
     n_train, n_eval = shares(task.num_train_rows, weights), shares(task.num_eval_rows, weights)
-    instruction = task.system_prompt or INSTRUCTION.format(syntax=CALL_SYNTAX[parser])
     rng = random.Random(seed)
     train, held_out, short = [], [], []
     for category in weights:
-        pool, held = split(read_category(category))
+        if category in MULTI_TURN_CATEGORIES:  # episodes in the environment: rows name the row only
+            pool, held = split(multi_turn.read_category(category), multi_turn.scenario)
+            make, text = multi_turn.as_row, multi_turn.INSTRUCTION
+        else:
+            (pool, held), make, text = split(read_category(category)), as_row, INSTRUCTION
+        instruction = task.system_prompt or text.format(syntax=CALL_SYNTAX[parser])
         if n_eval[category] > len(held):
             short.append(f"{category} holds out {len(held)} rows, {n_eval[category]} asked")
-        eval_rows = [as_row(category, r, instruction, parser) for r in held[: n_eval[category]]]
+        eval_rows = [make(category, r, instruction, parser) for r in held[: n_eval[category]]]
         asked = {question(r) for r in eval_rows}
-        own = [r for r in (as_row(category, r, instruction, parser) for r in pool) if question(r) not in asked]
+        own = [r for r in (make(category, r, instruction, parser) for r in pool) if question(r) not in asked]
         rng.shuffle(own)
         train += [own[i % len(own)] for i in range(n_train[category])] if own else []
         held_out += eval_rows
@@ -205,6 +216,8 @@ def demonstrations(rows: list[dict]) -> list[dict]:
     out = []
     for row in rows:
         truth = row["ground_truth"]
+        if "messages" not in row:  # a multi-turn row: an episode, no one-turn answer to write
+            continue
         if truth["answer"] is None:
             text = "None of the functions can be used for this question."
         else:

@@ -36,7 +36,8 @@ def conversation(sample: Sample) -> list[dict[str, str]]:
     for i, action in enumerate(env["actions"]):
         messages.append({"role": "assistant", "content": action})
         if i < len(observations) and i + 1 < len(env["actions"]):
-            messages.append({"role": "user", "content": observations[i]})
+            seen = observations[i]  # the user's next message, or chat messages (tool results)
+            messages += seen if isinstance(seen, list) else [{"role": "user", "content": seen}]
     return messages
 
 
