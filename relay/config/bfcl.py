@@ -55,6 +55,8 @@ CALL_FORMATS = ("hermes", "json", "function_call", "pythonic")
 def categories(task) -> dict[str, float]:
     """{category: weight} of a valid config: a list weighs each one 1, nothing means DEFAULT_CATEGORIES."""
     given = task.categories or DEFAULT_CATEGORIES
+    if isinstance(given, str):  # task.categories=multi_turn_base: one category
+        given = [given]
     if isinstance(given, dict):
         return {name: float(w) for name, w in given.items()}
     return {name: 1.0 for name in given}
@@ -62,7 +64,7 @@ def categories(task) -> dict[str, float]:
 
 def multi_turn(task) -> bool:
     """Whether task.categories names a multi-turn category (read before validation: any value)."""
-    given = task.categories
+    given = [task.categories] if isinstance(task.categories, str) else task.categories
     return isinstance(given, (list, tuple, dict)) and any(name in MULTI_TURN_CATEGORIES for name in given)
 
 

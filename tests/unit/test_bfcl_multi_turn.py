@@ -183,6 +183,13 @@ def test_a_single_turn_row_in_a_mix_is_one_step_scored_by_the_ast_checker():
     assert env.step("I cannot help.")[1:3] == (0.0, True)
 
 
+def test_one_category_may_be_named_without_a_list():
+    cfg = bfcl_config("task.categories=multi_turn_base", "task.num_train_rows=3", "task.num_eval_rows=2")
+    assert cfg.task.env == "relay.envs.bfcl_multi_turn:BfclEnv"
+    train, held_out = task_rows(cfg)
+    assert {r["ground_truth"]["dataset"] for r in train + held_out} == {"multi_turn_base"}
+
+
 def test_bad_settings_are_one_line_each():
     with pytest.raises(ConfigError) as e:
         bfcl_config("task.categories=[multi_turn_bse]")
