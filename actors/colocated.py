@@ -111,7 +111,7 @@ class ColocatedWorker(RelayActor):
         self, rows: list[dict[str, Any]], step: int, kl_coef: float
     ) -> tuple[list[Sample], dict[str, float], dict[str, float], dict[str, float]]:
         """A sync step in one call, where nothing needs the samples between the rollout and the
-        update (actors/steps.py: OneCall): the rollout, then the update on its trainable samples,
+        update (relay_trainer/steps.py: OneCall): the rollout, then the update on its trainable samples,
         as separate calls do it. One round trip instead of two; the samples cross once.
         Returns the samples as scored (the driver logs and checks them), the rollout's metrics,
         the update's, and the seconds of both phases, timed here."""

@@ -1,14 +1,11 @@
-"""Arming a live run for one fault at a named point (relay/fault_points.py): every actor of the
-run, through `__ray_call__`, and the driver for the kinds it can take."""
+"""Arming an actor for one fault at a named point (relay/fault_points.py), run inside it through
+`__ray_call__` by relay_trainer/fault_arming.py, which arms every actor of a live run."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import ray
 
-from relay.fault_points import PROCESS_KINDS, arm
+from relay.fault_points import arm
 
 
 def kill_self() -> None:
@@ -16,18 +13,5 @@ def kill_self() -> None:
     ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
 
 
-def _arm_actor(_actor_self, point: str, kind: str, token: str, slow_s: float) -> None:
+def arm_actor(_actor_self, point: str, kind: str, token: str, slow_s: float) -> None:
     arm(point, kind, token, slow_s, kill_self)
-
-
-def arm_run(run_name: str, point: str, kind: str, token_dir: str | Path, slow_s: float = 0.0) -> Path:
-    """Arm every live actor of the run named `run_name` (and, for the kinds a driver can take, this
-    process) for one fault at `point`. Returns the token file: it exists once the fault happened."""
-    token = Path(token_dir) / f"fault-{point}-{kind}-{time.monotonic_ns()}"
-    names = ray.util.list_named_actors()  # this job's namespace: relay's
-    handles = [ray.get_actor(n) for n in names if n.startswith(f"{run_name}/")]
-    # an actor's calls queue behind the one it is making: a worker busy for seconds arms after it
-    ray.get([h.__ray_call__.remote(_arm_actor, point, kind, str(token), slow_s) for h in handles])
-    if kind not in PROCESS_KINDS:
-        arm(point, kind, str(token), slow_s)
-    return token

@@ -113,7 +113,7 @@ class Learner(UpdatingRankGroupMember, SendsWeights):
         self._make_optimizer()
         self.sft_optimizer = None  # the supervised stage's (sft.*), made on its first step
         # Ray rebuilt this actor after a loss: its weights are the model path's, not the run's. It
-        # answers nothing the run reads until the driver restores it (actors/learner_recovery.py),
+        # answers nothing the run reads until the driver restores it (relay_trainer/learner_recovery.py),
         # so a loss between two calls cannot pass for the run's state.
         self.needs_restore = is_restarted_actor()
 

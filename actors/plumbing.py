@@ -5,7 +5,7 @@ group (a rank group, the weight-broadcast group) binds and joins on.
 Every actor class derives from `RelayActor`; the roles with more to share derive from the
 classes built on it, each beside the code it plumbs: `RankGroupMember` (actors/rank_group.py) for
 the learner, reference and critic, `SendsWeights` and `ReceivesWeights` (actors/weight_ends.py)
-for the two ends of the weight sync. actors/actor_class.py reads the methods of the bases too,
+for the two ends of the weight sync. relay_trainer/actor_class.py reads the methods of the bases too,
 from their source, so the driver starts these classes by name without importing them.
 """
 
@@ -16,7 +16,7 @@ from typing import Literal
 
 import ray
 
-# How a rank group (actors/rank_group.py) calls a method of its role, declared on the method, as
+# How a rank group (relay_trainer/rank_group.py) calls a method of its role, declared on the method, as
 # verl's @register(dispatch_mode=...) does:
 #   every_rank     every rank runs it (the ranks meet in collectives); rank 0's result is the group's
 #   rank_zero      rank 0 alone (it alone is in the weight group, or answers for the node)
@@ -32,7 +32,7 @@ RANK_GROUP_CALLS = ("every_rank", "rank_zero", "not_on_group")
 def on_rank_group(how: RankGroupCall) -> Callable[[Callable], Callable]:
     """Declare how a rank group calls the decorated method (see RankGroupCall above). The driver,
     which never imports the actor's module, reads the same declaration from its source
-    (actors/actor_class.py)."""
+    (relay_trainer/actor_class.py)."""
     if how not in RANK_GROUP_CALLS:
         raise ValueError(f"on_rank_group: {how!r} is not one of {RANK_GROUP_CALLS}")
 

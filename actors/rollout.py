@@ -71,7 +71,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         endpoint_token: str | None = None,
         engine: Engine | None = None,
     ):
-        """`env_pool` and `tool_executors`: actor handles, or the actors' names (actors/pools.py),
+        """`env_pool` and `tool_executors`: actor handles, or the actors' names (relay_trainer/pools.py),
         looked up here, so that each restart finds the current actors. `endpoint_token`: the run's
         bearer token (relay/endpoint/auth.py), by value, so a restarted worker accepts it too."""
         torch.set_num_threads(num_threads)
@@ -147,7 +147,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
             threads = ThreadPoolExecutor(tl.max_workers, thread_name_prefix="relay-tool-client")
             return (lambda calls: list(threads.map(registry.call, calls))), registry.schemas()
         if not executors:
-            raise ValueError("tools.enabled without tools.server_url needs ToolExecutor actors (actors/pools.py)")
+            raise ValueError("tools.enabled without tools.server_url needs ToolExecutor actors (relay_trainer/pools.py)")
 
         def run_tools(calls: list[ToolCall]) -> list[ToolResult]:
             # Round-robin over the executors; each runs its share in parallel threads. Tool calls are
@@ -316,7 +316,7 @@ class RolloutWorker(RelayActor, ReceivesWeights):
     def weight_version(self) -> int:
         return self.engine.weight_version
 
-    # -- weight sync (actors/weights.py): the driver calls these by name; ReceivesWeights loads them
+    # -- weight sync (relay_trainer/weights.py): the driver calls these by name; ReceivesWeights loads them
 
     def _pause(self) -> None:
         """rollout.partial, on the rollout's thread between two chunks or turns: load staged weights."""

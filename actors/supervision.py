@@ -1,7 +1,7 @@
 """Remote calls with a deadline, retried on the replacement of an actor that died or hung.
 
 Rollout workers, environment pools and tool executors are created with Ray `max_restarts`
-(actors/pools.py), so Ray rebuilds a lost one by running its constructor again: the engine is
+(relay_trainer/pools.py), so Ray rebuilds a lost one by running its constructor again: the engine is
 reloaded from the model path, which is why a restarted rollout worker gets the current weights
 and weight version re-sent (`Call.on_restart`) before the work it owned is retried.
 
@@ -36,8 +36,6 @@ from dataclasses import dataclass
 import ray
 from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
 
-from actors.lora_reference import LearnerAsReference
-from actors.rank_group import RankGroup
 from actors.restarts import process_id, wait_restarted
 from relay.failures import ActorLost, CallRaised, actor_error_line, raised_line
 
@@ -55,7 +53,7 @@ ATTEMPTS_PER_CALL = 4
 #   duplicated_samples  samples of one batch with the same (group, index): a check, always 0
 #   unserializable_samples  episodes a rollout worker could not pickle, returned as failed-sample
 #                   records (actors/serializable.py) instead of failing the rollout's return
-#   learner_restores  learners restarted by Ray and restored in place (actors/learner_recovery.py)
+#   learner_restores  learners restarted by Ray and restored in place (relay_trainer/learner_recovery.py)
 FAULT_COUNTS = tuple(
     "actor_errors timeouts restarts retried_shards retried_calls call_errors duplicated_samples "
     "unserializable_samples learner_restores".split()
@@ -110,7 +108,7 @@ class Supervisor:
         self.restarted_workers: set = set()  # their shared-memory buffers are gone: object store from now on
         self.worker_restarts = 0
         # actor ids that `wait` kills to be restarted past a deadline: the caller restores their
-        # state (the learner: actors/learner_recovery.py); every other actor it kills for good
+        # state (the learner: relay_trainer/learner_recovery.py); every other actor it kills for good
         self.restorable: set = set()
         # a lost rollout worker -> (a live worker to redo its shard, the lost one's seed index), or None to
         # wait for Ray's replacement: set by an elastic pool, whose added workers are not waited for
@@ -235,7 +233,7 @@ class Supervisor:
 
     def resend_weights(self, worker) -> None:
         self.restarted_workers.add(worker._actor_id)
-        self.worker_restarts += 1  # a broadcast group must be formed again (actors/weights.py)
+        self.worker_restarts += 1  # a broadcast group must be formed again (relay_trainer/weights.py)
         if self.weights is not None:
             weights, version = self.weights
             weights = weights() if callable(weights) else weights
@@ -351,10 +349,12 @@ class EnvPoolCalls:
 
 
 def role_actors(handle) -> list:
-    """The Ray actors behind a role's handle: a rank group's ranks; a LoRA run's reference is its learner."""
-    if isinstance(handle, LearnerAsReference):
-        handle = handle.learner
-    return list(handle.ranks) if isinstance(handle, RankGroup) else [handle]
+    """The Ray actors behind a role's handle: an actor's handle is its own; a driver-side handle that
+    stands for others names them with `ray_actors()` (relay_trainer/rank_group.py: a rank group's
+    ranks; relay_trainer/lora_reference.py: a LoRA run's reference is its learner). Looked up on the
+    class, where an actor handle has none (its attributes are its remote methods)."""
+    stands_for = getattr(type(handle), "ray_actors", None)
+    return stands_for(handle) if stands_for is not None else [handle]
 
 
 class actor_loss_stops:

@@ -1,6 +1,6 @@
 """ToolExecutor: runs tool calls for rollout workers (sandboxed code, typed functions, HTTP tools).
 
-A plain class; actors/pools.py applies ray.remote. One executor runs up to `max_workers` calls
+A plain class; relay_trainer/pools.py applies ray.remote. One executor runs up to `max_workers` calls
 at once in threads (each sandboxed run is a subprocess, so threads are enough), and can also
 serve the same sandbox over HTTP for workers that speak the tool-server protocol.
 """

@@ -1,4 +1,4 @@
-"""The two ends of the weight sync (actors/weights.py has the driver's side): the Learner sends
+"""The two ends of the weight sync (relay_trainer/weights.py has the driver's side): the Learner sends
 (`SendsWeights`), each RolloutWorker receives (`ReceivesWeights`). The driver calls the methods
 below by name on the actors that derive from them; only actors import this module (torch)."""
 

@@ -33,13 +33,13 @@ def main() -> None:
     import ray
 
     from actors.colocated import ColocatedWorker
-    from actors.pools import loopback_node
     from relay.config import load_config
     from relay.config.role_settings import ColocatedSettings
     from relay.envs.data import PromptIterator
     from relay.envs.scoring import trainable
     from relay.run.model_source import resolve_model_path
     from relay.run.rows import task_rows
+    from relay_trainer.pools import loopback_node
 
     setting = [f"training.prompts_per_step={a.prompts}", "rollout.max_new_tokens=8"]
     if a.peer_trl:

@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.fault_arming import arm_run
 from relay.config import load_config
 from relay.fault_points import KINDS, PROCESS_KINDS, disarm
 from relay.run.auto_resume import train_with_auto_resume
+from relay_trainer.fault_arming import arm_run
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("sync", "one_step_off", "async")
@@ -196,7 +196,7 @@ def recorded_batches(batches: dict):
 @contextlib.contextmanager
 def object_store_only(on: bool):
     """transport object_store: no shared-memory weights, as for workers on other nodes."""
-    import actors.pools as pools
+    import relay_trainer.pools as pools
 
     original = pools.open_shared_memory
     if on:

@@ -1,4 +1,4 @@
-"""What restoring a lost learner in place costs (actors/learner_recovery.py).
+"""What restoring a lost learner in place costs (relay_trainer/learner_recovery.py).
 
     python benchmarks/learner_recovery.py [--steps 8] [--rounds 3] [--kill-step 4]
 

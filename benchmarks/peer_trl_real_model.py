@@ -9,7 +9,7 @@ PromptIterator draws them (TRL reads them as written, shuffling off), 4 prompts 
 step, 16 new tokens, temperature 1.0, lr 1e-5 constant, AdamW without weight decay, gradient
 clipping at 1.0, no KL term, the token-mean loss, float32, no gradient checkpointing, 12 steps.
 The reward is the recipe's (the last integer of the answer equals the result). Every contender
-may use every core: relay's actors take all of them in the phase that runs (actors/pools.py
+may use every core: relay's actors take all of them in the phase that runs (relay_trainer/pools.py
 threads), TRL's one process gets `torch.set_num_threads(cpu_count)` and the niceness Ray gives
 its workers (15 above the driver's), so other work on the machine slows both alike.
 

@@ -2,8 +2,8 @@
 
     python benchmarks/weight_sync.py [--model tiny|qwen05b] [--workers 1 2] [--engine hf] [--repeats 5]
 
-Real actors (actors/pools.py): one Learner, N RolloutWorkers, the transport chosen by
-resources.weight_sync. One sync = actors/weights.py:sync_weights, end to end as the driver calls
+Real actors (relay_trainer/pools.py): one Learner, N RolloutWorkers, the transport chosen by
+resources.weight_sync. One sync = relay_trainer/weights.py:sync_weights, end to end as the driver calls
 it: shared memory (resources.weight_sync=object_store, workers on the learner's node) = the learner
 copies its weights into a /dev/shm buffer the workers mapped at start, every worker copies them
 out; object store (the same setting for workers on other nodes; here forced for comparison) =
@@ -33,9 +33,9 @@ def bench(model_path: str, dtype: str, engine: str, workers: int, transport: str
     """{row: result}; object_store gives two rows, shared memory and the object store itself."""
     import ray
 
-    from actors.pools import actor_pools
-    from actors.weights import sync_weights
     from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources, RolloutConfig
+    from relay_trainer.pools import actor_pools
+    from relay_trainer.weights import sync_weights
 
     cfg = Config(
         model=ModelConfig(path=model_path, dtype=dtype),

@@ -2,7 +2,7 @@
 purpose, deterministically, to prove the run survives it (tests/faults/, benchmarks/chaos.py).
 
 `hit(point)` sits at the start of the call's work in the process that does it. Nothing is armed in
-a normal run, so a hit is one dict lookup. `arm` arms this process; actors/fault_arming.py
+a normal run, so a hit is one dict lookup. `arm` arms this process; relay_trainer/fault_arming.py
 `arm_run(run, point, kind)` arms every actor of a run (and the driver) for one fault: the first
 process to reach the point claims a token file, so the fault happens exactly once in the run, in
 whichever actor gets there first; a replacement Ray builds after a crash starts unarmed.

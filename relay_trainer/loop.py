@@ -5,7 +5,7 @@ samples (rolled out and scored) -> what the advantages need (reference logprobs,
 logprobs) -> update (the learner builds the Batch and the advantages) -> weight sync -> log ->
 checkpoint. Every arrow is an object ref moving between Ray actors; the driver's process holds
 plain Python and never loads torch. How each phase runs (separate actors, one colocated call, or
-samples from the producer) is decided once at start-up: actors/steps.py.
+samples from the producer) is decided once at start-up: relay_trainer/steps.py.
 """
 
 from __future__ import annotations
@@ -14,14 +14,7 @@ import random
 import time
 from functools import partial
 
-from actors.checkpoints import load_training_checkpoint, save_training_checkpoint
-from actors.learner_recovery import LearnerRecovery
-from actors.metrics import publish as publish_ray_metrics
-from actors.pools import actor_pools, connect
-from actors.sft import demonstrations, supervised_stage
-from actors.steps import StepPlan, evaluate, step_plan
 from actors.supervision import actor_loss_stops
-from actors.weights import sync_weights
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
 from relay.config.resolved import kl_in_reward
@@ -41,11 +34,18 @@ from relay.run.step_metrics import PhaseTimer
 from relay.run.stop import HealthStopped, StopOnSignal
 from relay.run.summary import summarize
 from relay.update.kl_control import make_kl_controller
+from relay_trainer.checkpoints import load_training_checkpoint, save_training_checkpoint
 from relay_trainer.elastic import rollout_pool
+from relay_trainer.learner_recovery import LearnerRecovery
+from relay_trainer.metrics import publish as publish_ray_metrics
+from relay_trainer.pools import actor_pools, connect
+from relay_trainer.sft import demonstrations, supervised_stage
+from relay_trainer.steps import StepPlan, evaluate, step_plan
+from relay_trainer.weights import sync_weights
 
 
 def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
-    """One RL step, its phases in order; returns its metrics. `plan` (actors/steps.py) runs each
+    """One RL step, its phases in order; returns its metrics. `plan` (relay_trainer/steps.py) runs each
     phase for this run's layout and training.mode, and times it."""
     timer = PhaseTimer()
     with timer("step"):

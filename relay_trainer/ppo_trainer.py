@@ -223,7 +223,7 @@ class RayPPOTrainer:
         import ray
 
         if ray.is_initialized() and self.run_dir is not None:
-            from actors.pools import NAMESPACE
+            from relay_trainer.pools import NAMESPACE
 
             for entry in ray.util.list_named_actors(all_namespaces=True):
                 if entry["namespace"] == NAMESPACE and entry["name"].startswith(f"{self.run_dir.name}/"):

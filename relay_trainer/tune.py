@@ -207,10 +207,10 @@ def param_space(sweep: Sweep) -> dict[str, Any]:
 
 def trial_bundles(cfg: Config) -> list[dict[str, float]]:
     """A trial's placement group: its own process (bundle 0), then one bundle per actor that
-    actors.pools.actor_pools makes (actor_bundles: the same role rules). create_group claims
+    relay_trainer.pools.actor_pools makes (actor_bundles: the same role rules). create_group claims
     them by shape, so the order does not matter; a missing one fails the trial with the shapes
     it looked for."""
-    from actors.pools import actor_bundles
+    from relay_trainer.pools import actor_bundles
 
     return [{"CPU": TRIAL_DRIVER_CPUS}, *actor_bundles(cfg)]
 
@@ -246,7 +246,7 @@ def _connect(sweep: Sweep, trial_cpus: float) -> None:
     if address:
         ray.init(address=address, namespace="relay")
     else:  # a fresh local Ray big enough for one trial (phases do not overlap), as pools.connect's
-        from actors import local_ray
+        from relay_trainer import local_ray
 
         local_ray.start(trial_cpus, sweep.base_config.resources.dashboard)
 

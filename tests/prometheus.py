@@ -1,4 +1,4 @@
-"""Reading a Ray node's Prometheus export back, for tests of the run-tagged metrics (actors/metrics.py)."""
+"""Reading a Ray node's Prometheus export back, for tests of the run-tagged metrics (relay_trainer/metrics.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from actors.metrics import PREFIX
+from relay_trainer.metrics import PREFIX
 
 
 def export_port(session_dir: str) -> int | None:

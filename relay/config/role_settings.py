@@ -1,6 +1,6 @@
 """What the training roles are started with: the config sections each reads, and the choices
 resolved from several sections (relay/config/resolved.py), picked once from the whole tree where
-the actors are made (actors/pools.py). A role holds these and nothing else of the config, so its
+the actors are made (relay_trainer/pools.py). A role holds these and nothing else of the config, so its
 settings only ever flow down to it, and a test or benchmark builds one from any Config with `of`.
 No actor and no engine is given the whole Config.
 """

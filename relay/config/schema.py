@@ -288,7 +288,7 @@ class ResourcesConfig:
     reward_model: RoleResources = RoleResources(count=1, cpus=0.5)  # only with reward_model.path
     ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
     dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own
-    # Learner -> rollout weights (actors/weights.py): object_store (CPU, any placement), broadcast
+    # Learner -> rollout weights (relay_trainer/weights.py): object_store (CPU, any placement), broadcast
     # (one collective group: NCCL between whole GPUs, else gloo), auto = broadcast iff the learner
     # and the rollout workers each hold whole GPUs.
     weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
@@ -314,7 +314,7 @@ class ResourcesConfig:
     rollout_timeout_s: float = 3600.0
     update_timeout_s: float = 3600.0
     # A learner that dies or hangs (one actor, or every rank of an FSDP group) is restarted by Ray and
-    # restored in place (actors/learner_recovery.py): the last checkpoint, then the updates since it
+    # restored in place (relay_trainer/learner_recovery.py): the last checkpoint, then the updates since it
     # replayed; no step lost or repeated. Up to learner_restores times per run (0: the run stops).
     learner_restores: int = 3
     # A learner out of restores, a critic, or an actor out of restarts that dies ends the run with its

@@ -64,7 +64,7 @@ def validate_partial(cfg: Config) -> list[str]:
     res = cfg.resources
     broadcast = res.weight_sync == "broadcast" or (
         res.weight_sync == "auto" and res.learner.gpus >= 1 and res.rollout.gpus >= 1
-    )  # actors/weights.py uses_broadcast (not imported here: it imports ray)
+    )  # relay_trainer/weights.py uses_broadcast (not imported here: it imports ray)
     if broadcast:
         p.append(
             "rollout.partial: a worker loads staged weights at its next pause, but a broadcast needs every "

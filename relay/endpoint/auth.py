@@ -1,6 +1,6 @@
 """The endpoint's bearer token: one per run.
 
-It is made once, where the run's actors are made (actors/pools.py), and handed by value to every
+It is made once, where the run's actors are made (relay_trainer/pools.py), and handed by value to every
 rollout worker's constructor, so each endpoint of the run accepts the same key, and a worker that
 Ray restarts (the same constructor arguments) accepts it too: a client keeps working across the
 restart. The agent programs' clients get it from their worker. It is never logged.

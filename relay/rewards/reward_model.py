@@ -10,7 +10,8 @@ number, the running normalisation of scores and how they combine with the rule r
 
 A reward model never reads the policy's token ids: its own tokenizer renders `conversation`
 with its own chat template (the two tokenizers may differ). The models themselves are in
-relay/rewards/scorers.py; the actors and the driver-side pool in actors/reward_model.py.
+relay/rewards/scorers.py; the actors in actors/reward_model.py, the driver's pool of them in
+relay_trainer/reward_model_pool.py.
 """
 
 from __future__ import annotations

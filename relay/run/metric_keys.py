@@ -1,5 +1,5 @@
 """Names of the step-metrics keys that more than one place relies on: the code that writes each
-key and the Ray metrics publisher (actors/metrics.py) that reads it both use these constants,
+key and the Ray metrics publisher (relay_trainer/metrics.py) that reads it both use these constants,
 so a rename reaches both sides. tests/actors/test_metrics.py runs two real training steps and
 checks that every Ray metric the publisher defines got a value from them.
 """
@@ -34,7 +34,7 @@ STALENESS = "weights/staleness"  # the version the update ran on minus the batch
 TOOL_CALLS = "tools/calls"  # tool calls the model made this step (malformed ones included)
 TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, timeouts, malformed calls)
 TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
-# reward_model.* (actors/reward_model.py): raw scores' mean, the rule's mean on the same samples
+# reward_model.* (relay_trainer/reward_model_pool.py): raw scores' mean, the rule's mean on the same samples
 # (a score that climbs while it stays flat is reward hacking), unscored samples, scoring time
 RM_SCORE_MEAN = "rm/score_mean"
 RM_RULE_REWARD_MEAN = "rm/rule_reward_mean"
@@ -46,7 +46,7 @@ REWARD_S = phase_seconds("reward")  # scoring, done by the rollout workers insid
 UPDATE_S = phase_seconds("update")
 SYNC_S = phase_seconds("sync")
 LEARNER_UPDATE_S = "time/learner_update_s"  # the Learner's own update time; UPDATE_S is the phase's
-# training.mode one_step_off / async (relay/run/pipeline.py, actors/producer.py)
+# training.mode one_step_off / async (relay/run/pipeline.py, relay_trainer/producer.py)
 STALENESS_MIN = "weights/staleness_min"  # versions behind the update's, over every trained sample of the step
 STALENESS_MEAN = "weights/staleness_mean"
 STALENESS_MAX = "weights/staleness_max"

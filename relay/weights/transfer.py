@@ -1,4 +1,4 @@
-"""Moving a state dict from one process to many: the encodings behind actors/weights.py.
+"""Moving a state dict from one process to many: the encodings behind relay_trainer/weights.py.
 
 WeightPayload    numpy arrays for Ray's object store (read zero-copy by every worker); bf16, which
                  numpy lacks, as its raw 16-bit pattern; tied weights once.

@@ -16,12 +16,12 @@ import pytest
 import ray
 
 from actors import steps
-from actors.pools import actor_pools
-from actors.weights import sync_weights
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
 from relay.run.model_source import resolve_model_path
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer.pools import actor_pools
+from relay_trainer.weights import sync_weights
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(

@@ -9,10 +9,10 @@ import openai
 import pytest
 import ray
 
-from actors.pools import actor_pools, connect
 from actors.restarts import wait_restarted
 from relay.config import load_config
 from relay.run.model_source import resolve_model_path
+from relay_trainer.pools import actor_pools, connect
 
 
 def ask(url: str, token: str) -> str:

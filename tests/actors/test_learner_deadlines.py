@@ -14,17 +14,17 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from actors.checkpoints import save_training_checkpoint
-from actors.lora_reference import LearnerAsReference
-from actors.pools import Learner
-from actors.rank_group import RankGroup
 from actors.restarts import wait_restarted
-from actors.reward_model import RewardModelPool
 from actors.supervision import ATTEMPTS_PER_CALL, Supervisor
 from relay.config import load_config
 from relay.config.role_settings import RewardPoolSettings
 from relay.failures import ActorLost, CallRaised
 from relay.types import Sample
+from relay_trainer.checkpoints import save_training_checkpoint
+from relay_trainer.lora_reference import LearnerAsReference
+from relay_trainer.pools import Learner
+from relay_trainer.rank_group import RankGroup
+from relay_trainer.reward_model_pool import RewardModelPool
 
 HANG_S = 300.0  # a hung call; every deadline here is a few seconds
 DEADLINE_S = 3.0

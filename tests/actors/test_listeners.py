@@ -1,14 +1,14 @@
 """A locally started Ray and relay's actors listen on loopback only: nothing a run opens is
-reachable from another machine unless a cluster is configured (actors/local_ray.py, loopback_node)."""
+reachable from another machine unless a cluster is configured (relay_trainer/local_ray.py, loopback_node)."""
 
 import ipaddress
 
 import psutil
 import ray
 
-from actors.pools import actor_pools, connect
 from relay.config import load_config
 from relay.run.model_source import resolve_model_path
+from relay_trainer.pools import actor_pools, connect
 
 
 def is_loopback(ip: str) -> bool:

@@ -18,8 +18,8 @@ import time
 import pytest
 import ray
 
-from actors.pools import NODE_RESOURCE_SHARE, _bundle
 from relay.config import ConfigError, RoleResources, load_config
+from relay_trainer.pools import NODE_RESOURCE_SHARE, _bundle
 from tests.prometheus import scrape
 
 

@@ -12,7 +12,6 @@ import pytest
 import ray
 
 from actors.env import EnvPool
-from actors.pools import create_group, create_tool_executors, threads
 from actors.rollout import RolloutWorker
 from relay.config import load_config
 from relay.config.role_settings import RolloutSettings
@@ -21,6 +20,7 @@ from relay.envs.textgame import TextGameEnv
 from relay.run.model_source import resolve_model_path
 from relay.tools.calls import ToolCall
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer.pools import create_group, create_tool_executors, threads
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [

@@ -12,14 +12,14 @@ import pytest
 import ray
 import torch
 
-from actors.pools import create_group
 from actors.rollout import RolloutWorker
-from actors.weights import WEIGHT_LANE
 from relay.config import RoleResources, load_config
 from relay.config.role_settings import RolloutSettings
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import shipped_model
 from relay.weights.transfer import WeightPayload
+from relay_trainer.pools import create_group
+from relay_trainer.weights import WEIGHT_LANE
 
 PARTIAL = [
     "training.mode=async",

@@ -3,7 +3,7 @@
 Ray puts an actor's constructor arguments in the object store when one is an actor handle (or
 is large), and then logs at error level that a restart may fail once they go out of scope.
 The rollout workers of a task with tools and an environment pool once
-got those actors' handles; they now get their names (actors/pools.py) and look them up.
+got those actors' handles; they now get their names (relay_trainer/pools.py) and look them up.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.pools import actor_pools
 from relay.config import load_config
 from relay.run.model_source import resolve_model_path
 from relay.run.rows import task_rows
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer.pools import actor_pools
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_ERROR = "constructor arguments in the object store"

@@ -9,14 +9,15 @@ import signal
 import pytest
 import ray
 
-from actors.pools import create_group
-from actors.reward_model import RewardModel, RewardModelPool
+from actors.reward_model import RewardModel
 from actors.supervision import Supervisor
 from relay.config import RoleResources, load_config
 from relay.config.role_settings import RewardModelSettings, RewardPoolSettings
 from relay.envs.arithmetic import make_rows
 from relay.models.shipped import RM_NAME, shipped_model
 from relay.types import Sample
+from relay_trainer.pools import create_group
+from relay_trainer.reward_model_pool import RewardModelPool
 
 
 def samples() -> list[Sample]:

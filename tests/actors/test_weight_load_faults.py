@@ -17,11 +17,11 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
-from actors.pools import actor_pools
 from actors.supervision import actor_error_line
-from actors.weights import sync_weights
 from relay.config import load_config
 from relay.run.model_source import resolve_model_path
+from relay_trainer.pools import actor_pools
+from relay_trainer.weights import sync_weights
 
 REPO = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S = 10.0, 120.0

@@ -11,7 +11,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors.supervision import Supervisor, actor_error_line
-from actors.weights import sync_weights
+from relay_trainer.weights import sync_weights
 
 
 def dying_learner():

@@ -1,4 +1,4 @@
-"""Weight sync learner -> rollout workers through real actors, both transports (actors/weights.py):
+"""Weight sync learner -> rollout workers through real actors, both transports (relay_trainer/weights.py):
 after a sync every worker's model equals the learner's, bit for bit, tied weights still tied."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import ray
 import torch
 
-from actors.pools import actor_pools
-from actors.weights import sync_weights
 from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources
+from relay_trainer.pools import actor_pools
+from relay_trainer.weights import sync_weights
 
 pytestmark = pytest.mark.usefixtures("shared_ray")
 
@@ -83,7 +83,7 @@ def test_every_worker_gets_the_learners_weights(tiny_model_path, transport):
 
 
 def test_auto_picks_broadcast_only_between_whole_gpus():
-    from actors.weights import broadcast_backend, uses_broadcast
+    from relay_trainer.weights import broadcast_backend, uses_broadcast
 
     def res(learner_gpus, rollout_gpus, sync="auto"):
         return ResourcesConfig(

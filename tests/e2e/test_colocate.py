@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import driver
-from actors.pools import Actors
-from actors.steps import one_call_steps
 from relay.config import load_config
 from relay.run import metric_keys as keys
+from relay_trainer.pools import Actors
+from relay_trainer.steps import one_call_steps
 
 REPO = Path(__file__).resolve().parents[2]
 COLOCATE = ["resources.colocate=true", "logging.console=false", "checkpoint.save_hf_model=false"]
@@ -84,8 +84,8 @@ def test_one_call_steps_only_where_nothing_runs_between_rollout_and_update(overr
 def test_colocated_worker_killed_in_its_rollout_shard_is_restored_and_the_shard_redone(tmp_path, ray_session):
     """With an environment pool the step is separate calls; the colocated actor SIGKILLed inside
     step 2's rollout shard is restored as the learner and the shard redone, same prompts and seed."""
-    from actors.fault_arming import arm_run
     from relay.fault_points import disarm
+    from relay_trainer.fault_arming import arm_run
 
     def reported(name, fault):
         rewards, restores = [], []

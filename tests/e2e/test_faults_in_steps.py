@@ -57,7 +57,7 @@ def kill_in_loss():
         def loss(micro):
             os.kill(os.getpid(), signal.SIGKILL)
 
-        self._actor._loss = loss  # the Learner behind its stand-in (actors/actor_class.py)
+        self._actor._loss = loss  # the Learner behind its stand-in (relay_trainer/actor_class.py)
 
     return patch
 

@@ -5,8 +5,8 @@ short run writes its sample episodes, which `python -m relay.run.show` prints.""
 import pytest
 
 import driver
-from actors.feasibility import autoscaler_configured
 from relay.run import show
+from relay_trainer.feasibility import autoscaler_configured
 
 SMALL = [
     "training.steps=2",

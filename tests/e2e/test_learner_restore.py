@@ -1,5 +1,5 @@
 """A learner killed inside its update (SIGKILL of its own process) is restarted by Ray and restored
-in place (actors/learner_recovery.py): the run completes every step, each step's reward equals an
+in place (relay_trainer/learner_recovery.py): the run completes every step, each step's reward equals an
 undisturbed run's with the same seed, and the final weights and optimizer state match its own.
 
 One run of 4 steps with checkpoint.every=2 is killed twice: in step 2's update, before any
@@ -53,7 +53,7 @@ def kill_in_loss(sig: int = signal.SIGKILL):
         def loss(micro):
             os.kill(os.getpid(), sig)
 
-        self._actor._loss = loss  # the Learner behind its stand-in (actors/actor_class.py)
+        self._actor._loss = loss  # the Learner behind its stand-in (relay_trainer/actor_class.py)
 
     return patch
 

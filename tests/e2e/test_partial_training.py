@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import driver
-from actors.producer import RolloutProducer
 from relay.config import load_config
+from relay_trainer.producer import RolloutProducer
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ import pytest
 import ray
 
 import driver
-from actors.producer import RolloutProducer
 from relay.config import load_config
 from relay.run.stop import RunStopped
+from relay_trainer.producer import RolloutProducer
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [

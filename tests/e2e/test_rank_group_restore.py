@@ -1,6 +1,6 @@
 """A rank of an FSDP2 learner group lost inside its update: killed (SIGKILL of its own process), or
 hung (SIGSTOP) until its deadline kills every rank. The ranks are restarted, the group formed again
-and restored in place (actors/learner_recovery.py). The run completes every step, each step's
+and restored in place (relay_trainer/learner_recovery.py). The run completes every step, each step's
 reward equals an undisturbed run's with the same seed, and the final checkpoint's shards hold the
 same weights.
 

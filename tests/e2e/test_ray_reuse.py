@@ -9,9 +9,9 @@ import pytest
 import ray
 
 import driver
-from actors.local_ray import any_agent_port, loopback_node
-from actors.pools import actor_roles
 from relay.config import ConfigError, load_config
+from relay_trainer.local_ray import any_agent_port, loopback_node
+from relay_trainer.pools import actor_roles
 
 REPO = Path(__file__).resolve().parents[2]
 

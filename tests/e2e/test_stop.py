@@ -91,7 +91,7 @@ def test_sigint_stops_cleanly_and_the_resumed_run_stops_on_sigterm(tmp_path):
     env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     run_dir = tmp_path / "stop"
 
-    def metrics_export_on_loopback_only():  # the Ray the driver started (actors/pools.py, loopback_node)
+    def metrics_export_on_loopback_only():  # the Ray the driver started (relay_trainer/pools.py, loopback_node)
         port = export_port(str(Path(ray_tmp) / "ray" / "session_latest"))
         assert port is not None
         # 0100007F: 127.0.0.1 as /proc/net/tcp writes it; tcp6 would show it v4-mapped

@@ -1,4 +1,4 @@
-"""actors/actor_class.py: the stand-in an actor class is started by carries the methods of the
+"""relay_trainer/actor_class.py: the stand-in an actor class is started by carries the methods of the
 class and of its bases, read from their sources: a base in the same module, one imported from
 another (absolute or relative), a base's base. The real class's module is never imported."""
 
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from actors.actor_class import actor_class
+from relay_trainer.actor_class import actor_class
 
 
 @pytest.fixture

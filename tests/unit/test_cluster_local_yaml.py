@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from ray.autoscaler._private.util import validate_config
 
-from actors.pools import actor_roles
 from relay.config import load_config
+from relay_trainer.pools import actor_roles
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "cluster.local.yaml").read_text())

@@ -1,4 +1,4 @@
-"""The Critic actor's class, used directly (ray.remote is applied only in actors/pools.py)."""
+"""The Critic actor's class, used directly (ray.remote is applied only in relay_trainer/pools.py)."""
 
 import torch
 

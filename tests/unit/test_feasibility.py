@@ -1,8 +1,8 @@
-"""Which roles no node can ever hold, named by their config key (actors/feasibility.py), without Ray."""
+"""Which roles no node can ever hold, named by their config key (relay_trainer/feasibility.py), without Ray."""
 
-from actors.feasibility import unplaceable
-from actors.pools import _bundle
 from relay.config import RoleResources
+from relay_trainer.feasibility import unplaceable
+from relay_trainer.pools import _bundle
 
 
 def roles(**kw: RoleResources) -> dict:
@@ -49,7 +49,7 @@ def test_a_v1_autoscaler_with_node_types_may_add_nodes(monkeypatch):
 
     from ray.experimental import internal_kv
 
-    from actors.feasibility import v1_autoscaler_has_node_types
+    from relay_trainer.feasibility import v1_autoscaler_has_node_types
 
     def report(mapping):
         status = json.dumps({"autoscaler_report": {"node_type_mapping": mapping}})

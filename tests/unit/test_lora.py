@@ -9,7 +9,6 @@ from transformers import AutoModelForCausalLM
 
 import driver
 from actors.learner import Learner
-from actors.pools import actor_roles
 from relay.checkpoint.atomic import load_checkpoint, save_checkpoint
 from relay.config import ConfigError, load_config
 from relay.config.role_settings import PolicySettings
@@ -18,6 +17,7 @@ from relay.models.lora import MERGED_FOLDER, adapter_state_dict, engine_state_di
 from relay.run.model_source import resolve_model_path
 from relay.types import Batch, Sample
 from relay.update.policy import compute_logprobs
+from relay_trainer.pools import actor_roles
 
 LORA = ["model.lora.rank=8", "training.lr=5e-3"]
 

@@ -48,7 +48,7 @@ def test_the_wheel_holds_the_loop_the_configs_the_models_and_the_command(wheel):
         "relay_trainer/loop.py",
         "relay_trainer/ppo_trainer.py",
         "relay/api/config_store.py",
-        "actors/pools.py",
+        "relay_trainer/pools.py",
     } <= names
     shipped = {f"relay/recipes/{name}.yaml" for name in shipped_configs()}
     assert shipped and shipped <= names

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.pools import Critic, Learner, Reference
-from actors.rank_group import RankGroup, rank_group_calls
+from relay_trainer.pools import Critic, Learner, Reference
+from relay_trainer.rank_group import RankGroup, rank_group_calls
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = {"Learner": Learner, "Reference": Reference, "Critic": Critic}  # the roles create_role may shard

@@ -8,7 +8,6 @@ import statistics
 
 import pytest
 
-from actors.reward_model import RewardModelPool
 from relay.config import ConfigError, load_config
 from relay.config.role_settings import RewardPoolSettings
 from relay.config.user_code import check_reward_fn, wants_rm_score
@@ -23,6 +22,7 @@ from relay.rewards.reward_model import (
     score_metrics,
 )
 from relay.types import Sample
+from relay_trainer.reward_model_pool import RewardModelPool
 from tests.unit.rm_rewards import rule_plus_half_rm
 
 

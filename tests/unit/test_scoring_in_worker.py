@@ -5,12 +5,12 @@ is built in process here, as a plain class."""
 import pickle
 import threading
 
-from actors.pools import actor_bundles, actor_roles
 from actors.rollout import RolloutWorker
-from actors.steps import count_failures
 from relay.config import load_config
 from relay.config.role_settings import RolloutSettings
 from relay.envs.arithmetic import arithmetic_reward, make_rows
+from relay_trainer.pools import actor_bundles, actor_roles
+from relay_trainer.steps import count_failures
 
 
 def test_only_environments_and_heavy_rewards_get_env_pool_actors():

@@ -45,11 +45,11 @@ def test_a_local_config_transformers_does_not_know_still_fails_with_its_key(tmp_
 def test_the_driver_of_a_default_run_loads_no_torch(overrides):
     """What the driver process runs on the default run (and the colocated one): its imports, the
     config and its validation, the model path, the sample writer's tokenizer, the RNG capture of a
-    checkpoint, the KL controller. The actors' classes are started by name (actors/actor_class.py);
+    checkpoint, the KL controller. The actors' classes are started by name (relay_trainer/actor_class.py);
     tensors reach the driver neither as results (the learner builds the Batch, checkpoints come as
     bytes) nor as arguments (tests/e2e/test_training.py runs it whole, marked slow)."""
     code = (
-        "import driver, actors.pools; from relay.config import load_config; "
+        "import driver, relay_trainer.pools; from relay.config import load_config; "
         "from relay.run.model_source import resolve_model_path; from relay.run.rows import task_rows; from relay.run.samples import _load_tokenizer; "
         "from relay.checkpoint.rng import capture_rng; from relay.update.kl_control import make_kl_controller; "
         f"cfg = load_config('configs/default.yaml', {overrides!r}); path = resolve_model_path(cfg); task_rows(cfg); "
@@ -63,7 +63,7 @@ def test_the_actor_classes_started_by_name_have_the_real_classes_methods():
     import importlib
     import inspect
 
-    import actors.pools as pools
+    import relay_trainer.pools as pools
 
     names = (
         "ColocatedWorker",

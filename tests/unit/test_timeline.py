@@ -219,11 +219,11 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     the call's start."""
     from types import SimpleNamespace
 
-    from actors.learner_recovery import NoRecovery
-    from actors.steps import OneCall
     from relay.config import load_config
     from relay.envs.arithmetic import make_rows
     from relay.envs.data import PromptIterator
+    from relay_trainer.learner_recovery import NoRecovery
+    from relay_trainer.steps import OneCall
 
     seconds = {keys.ROLLOUT_S: 0.5, keys.UPDATE_S: 0.25}
     reply = ([], {"rollout/seconds": 0.5, "rollout/tokens": 1.0, "rollout/tokens_per_s": 2.0}, {}, seconds)

@@ -9,7 +9,7 @@ import torch
 
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
-SECRET = b"relay-test-secret-0123456789abcdef"  # a run draws its own (actors/weights.py)
+SECRET = b"relay-test-secret-0123456789abcdef"  # a run draws its own (relay_trainer/weights.py)
 
 
 def state_dict(seed: int) -> dict[str, torch.Tensor]:

@@ -66,7 +66,7 @@ class BroadcastGroup:
     group is formed again under a new tag before the next broadcast. A worker that dies or hangs
     in a broadcast leaves survivors that may wait inside the broken collective until its 10-minute
     timeout: every worker is restarted first. In sync mode here; the producer's overlapped syncs
-    do the same between the calls in flight (actors/producer.py)."""
+    do the same between the calls in flight (relay_trainer/producer.py)."""
 
     backend: str
     tag: str

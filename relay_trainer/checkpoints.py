@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.rank_group import RankGroup
 from relay.checkpoint.atomic import save_checkpoint
+from relay_trainer.rank_group import RankGroup
 
 TRAINED_ROLES = ("learner", "critic")
 

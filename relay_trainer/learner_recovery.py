@@ -34,12 +34,12 @@ from typing import TypeVar
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from actors.rank_group import RankGroup
 from actors.restarts import wait_restarted
 from actors.supervision import role_actors
-from actors.weights import open_shared_memory
 from relay.checkpoint.manifest import STATE, verify_checkpoint
 from relay.failures import ActorLost, CallRaised
+from relay_trainer.rank_group import RankGroup
+from relay_trainer.weights import open_shared_memory
 
 T = TypeVar("T")
 LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in a checkpoint (Learner.state)

@@ -3,7 +3,7 @@
 relay owns a Ray it started: when a later run in the same process (a second `fit`, a script
 training two configs, a benchmark running several tasks) needs more than it holds, relay stops
 it and starts one of the right size. A Ray the user started or joined is never stopped; then the
-feasibility check refuses in one line (actors/feasibility.py).
+feasibility check refuses in one line (relay_trainer/feasibility.py).
 """
 
 from __future__ import annotations

@@ -16,14 +16,8 @@ from typing import Protocol
 import ray
 from ray.exceptions import RayActorError
 
-from actors.lora_reference import LearnerAsReference
-from actors.pools import Actors
-from actors.producer import RolloutProducer
-from actors.rank_group import RankGroup
 from actors.restarts import process_ids, wait_restarted
-from actors.reward_model import score_with_reward_model
 from actors.supervision import ATTEMPTS_PER_CALL, role_actors
-from actors.weights import sleep_engines, sync_weights
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
 from relay.config.role_settings import ProducerSettings
@@ -36,6 +30,12 @@ from relay.run import metric_keys as keys
 from relay.run.step_metrics import PhaseTimer, eval_metrics, merge_rollout_metrics, split
 from relay.types import Sample
 from relay.update.dapo import mixed_groups, punish_overlong
+from relay_trainer.lora_reference import LearnerAsReference
+from relay_trainer.pools import Actors
+from relay_trainer.producer import RolloutProducer
+from relay_trainer.rank_group import RankGroup
+from relay_trainer.reward_model_pool import score_with_reward_model
+from relay_trainer.weights import sleep_engines, sync_weights
 
 # ---------------------------------------------------------------------------------------------
 # rollouts and their scores
@@ -222,7 +222,7 @@ class ActorCalls:
 
     def update(self, inputs, timer):
         """The learner's (and the critic's) update; metrics with the batch's reward/mean, ...
-        A learner lost in it is restored (actors/learner_recovery.py) and the update made again;
+        A learner lost in it is restored (relay_trainer/learner_recovery.py) and the update made again;
         its arguments are kept until the next checkpoint, for a later restore to replay."""
         actors, kwargs, tries = self.actors, {"kl_coef": self.kl_ctl.value, **inputs}, []
         with timer("update"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.weights import sync_weights
 from relay.config import Config, ConfigError, resolve_dotted
 from relay.config.sft import TASK_DEMONSTRATIONS
 from relay.envs import bfcl
@@ -15,6 +14,7 @@ from relay.envs.demonstrations import batches, episode_from_messages, read_demon
 from relay.envs.tool_tasks import TOOL_TASKS
 from relay.run.loggers import JsonlLogger
 from relay.tools.parsers import get_parser
+from relay_trainer.weights import sync_weights
 
 
 def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:

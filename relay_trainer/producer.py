@@ -28,7 +28,6 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.restarts import wait_restarted
 from actors.supervision import ATTEMPTS_PER_CALL, Call, ShardLost
-from actors.weights import start_weight_sync
 from relay.config.role_settings import ProducerSettings
 from relay.envs.data import PromptIterator
 from relay.failures import ActorLost, raised_line
@@ -37,6 +36,7 @@ from relay.run import metric_keys as keys
 from relay.run.pipeline import Group, GroupBuffer
 from relay.run.step_metrics import merge_rollout_metrics
 from relay.types import Sample
+from relay_trainer.weights import start_weight_sync
 
 # Every call the buffer has room for is started at once, spread over the workers, and queues on its
 # worker: while the driver waits on the learner, the workers still have work.

@@ -3,6 +3,8 @@ off (Learner.compute_ref_logprobs). No Reference actor and no second copy of the
 
 from __future__ import annotations
 
+from actors.supervision import role_actors
+
 
 class _RefLogprobs:
     def __init__(self, learner):
@@ -20,6 +22,10 @@ class LearnerAsReference:
     def __init__(self, learner):
         self.learner = learner
         self.compute_logprobs = _RefLogprobs(learner)
+
+    def ray_actors(self) -> list:
+        """The learner's actors (actors/supervision.py, role_actors): a hung reference pass is the learner's."""
+        return role_actors(self.learner)
 
     def __repr__(self) -> str:
         return f"LearnerAsReference({self.learner!r})"

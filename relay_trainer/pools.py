@@ -11,16 +11,7 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors import local_ray
-from actors.actor_class import actor_class
-from actors.feasibility import alive_nodes, check_feasible, unplaceable
-from actors.learner_recovery import LearnerRecovery, NoRecovery
-from actors.local_ray import NAMESPACE
-from actors.lora_reference import LearnerAsReference
-from actors.rank_group import RankGroup
-from actors.reward_model import RewardModelPool
 from actors.supervision import Supervisor, role_actors
-from actors.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 from relay.config import Config, RoleResources, resolve_dotted
 from relay.config.elastic import fixed
 from relay.config.role_settings import (
@@ -35,9 +26,18 @@ from relay.config.validate_pipeline import is_sharded
 from relay.endpoint.auth import run_token
 from relay.models.check import reward_model_path
 from relay.run.progress import phase, say
+from relay_trainer import local_ray
+from relay_trainer.actor_class import actor_class
+from relay_trainer.feasibility import alive_nodes, check_feasible, unplaceable
+from relay_trainer.learner_recovery import LearnerRecovery, NoRecovery
+from relay_trainer.local_ray import NAMESPACE
+from relay_trainer.lora_reference import LearnerAsReference
+from relay_trainer.rank_group import RankGroup
+from relay_trainer.reward_model_pool import RewardModelPool
+from relay_trainer.weights import WEIGHT_LANE, BroadcastGroup, broadcast_backend, open_shared_memory, uses_broadcast
 
 # The actors' classes, started here without importing them (their torch and model code stays out of
-# the driver's process: actors/actor_class.py)
+# the driver's process: relay_trainer/actor_class.py)
 ColocatedWorker = actor_class("actors.colocated", "ColocatedWorker")
 Critic = actor_class("actors.critic", "Critic")
 EnvPool = actor_class("actors.env", "EnvPool")
@@ -200,7 +200,7 @@ def create_role(
     """The learner, reference or critic, started with its `settings` (relay/config/role_settings.py): one
     actor, or a RankGroup of `res.count` ranks (one PACKed placement group: one node when it fits) when the
     role is sharded (relay/update/fsdp.py), formed by `RankGroup.join` once every rank's constructor is done."""
-    # learner: restored in place (actors/learner_recovery.py); the frozen reference: restarted (actors/steps.py)
+    # learner: restored in place (relay_trainer/learner_recovery.py); the frozen reference: restarted (relay_trainer/steps.py)
     lives = {"learner": cfg.resources.learner_restores, "reference": cfg.resources.max_restarts}.get(role, 0)
     ranks = create_group(cls, role, res, run_name, lambda i: (settings, model_path, threads(cfg, res)), groups, lives)
     return RankGroup(ranks, cls) if is_sharded(settings.training, res.count) else ranks[0]
@@ -271,7 +271,7 @@ class Actors:
     shared_weights: list = field(default_factory=list)  # per rollout worker: reads weights from shared memory
     rollout_args: object = None  # worker i's constructor arguments: an elastic pool starts more (relay_trainer/elastic.py)
     colocated: bool = False  # resources.colocate: learner and rollout[0] are one ColocatedWorker
-    weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (actors/weights.py)
+    weight_lane: bool = False  # rollout.partial: weight calls run on the workers' "weights" lane (relay_trainer/weights.py)
     placement_groups: list = field(default_factory=list)
     faults: Supervisor = field(default_factory=lambda: Supervisor(600.0))  # deadlines, retries, fault counts
     recovery: LearnerRecovery | NoRecovery = field(default_factory=NoRecovery)  # set by the loop: learner_recovery.py
@@ -300,7 +300,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     policy = PolicySettings.of(cfg)  # what the learner and the reference read of the config
     actors = Actors(rollout=[], env=[], learner=None, reference=None, placement_groups=groups)
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
-    restarts = res.max_restarts  # a restarted worker rejoins a broadcast group formed again (actors/weights.py)
+    restarts = res.max_restarts  # a restarted worker rejoins a broadcast group formed again (relay_trainer/weights.py)
     try:
         actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
         if "env" in roles:
@@ -339,7 +339,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         if "reference" in roles:
             actors.reference = create_role(
                 Reference, "reference", policy, cfg, res.reference, run_name, model_path, groups
-            )  # frozen: past a deadline it is killed to be restarted, its pass made again (actors/steps.py)
+            )  # frozen: past a deadline it is killed to be restarted, its pass made again (relay_trainer/steps.py)
             actors.faults.restorable.update(rank._actor_id for rank in role_actors(actors.reference))
         elif cfg.algorithm.kl_coef > 0:  # LoRA: the learner's base model, adapters off
             actors.reference = LearnerAsReference(actors.learner)
