@@ -7,6 +7,8 @@ pool that ran the episodes, so a reward function receives the episode's own envi
 
 from __future__ import annotations
 
+import dataclasses
+
 from actors.plumbing import RelayActor
 from relay.config import TaskConfig, resolve_dotted
 from relay.endpoint.program import run_agent_programs
@@ -15,6 +17,7 @@ from relay.envs.base import EnvRunner, ResetResult, StepResult
 from relay.envs.contract import EnvMaker
 from relay.envs.scoring import Scorer
 from relay.fault_points import hit
+from relay.models.resolve import model_folder
 from relay.types import Sample
 
 
@@ -25,6 +28,7 @@ class EnvPool(RelayActor):
 
     def __init__(self, task: TaskConfig, index: int = 0):
         self.index = index
+        task = with_model_folders(task)
         self.envs = EnvRunner(EnvMaker(resolve_dotted(task.env), task.env_config)) if task.env else None
         self.agent = resolve_dotted(task.agent) if task.agent else None  # task.agent: run(client, row)
         self.scorer = Scorer(resolve_dotted(task.reward_fn_path), self.envs)
@@ -58,3 +62,16 @@ class EnvPool(RelayActor):
         rewards, errors, metrics = self.scorer.score(samples)
         self.calls, self.errors = self.calls + len(samples), self.errors + sum(e is not None for e in errors)
         return rewards, errors, metrics
+
+
+def with_model_folders(task: TaskConfig) -> TaskConfig:
+    """An environment that runs a model (textarena's frozen_policy opponent, env_config's
+    opponent_model) gets folders: `tiny`, a GGUF or a named model resolved here as the driver
+    resolves model.path, because relay/envs sits below relay/models and cannot resolve them."""
+    m = task.env_config.get("opponent_model")
+    if not m:
+        return task
+    folders = {"path": model_folder(m["path"], "model.path", task.env)}
+    if m.get("tokenizer_path"):
+        folders["tokenizer_path"] = model_folder(m["tokenizer_path"], "model.tokenizer_path")
+    return dataclasses.replace(task, env_config={**task.env_config, "opponent_model": {**m, **folders}})

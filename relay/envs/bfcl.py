@@ -46,17 +46,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import sys
 import types
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from relay.config import ConfigError
-from relay.config.bfcl import AST_CATEGORIES, MULTI_TURN_CATEGORIES, categories
-from relay.envs.reasoning_gym import shares
-from relay.envs.tool_tasks import question
+from relay.config.bfcl import AST_CATEGORIES
 
 HELD_OUT_FRACTION = 3  # 1/3 of each category: 67 rows of a 200-row category, 64 and a few to spare
 INSTRUCTION = (
@@ -91,34 +87,6 @@ def split(rows: list[dict[str, Any]], key=lambda row: row["id"]) -> tuple[list[d
     ordered = sorted(rows, key=lambda row: hashlib.sha256(key(row).encode()).hexdigest())
     n_held_out = -(-len(ordered) // HELD_OUT_FRACTION)
     return ordered[n_held_out:], ordered[:n_held_out]
-
-
-def make_rows(task, parser: str, seed: int) -> tuple[list[dict], list[dict]]:
-    """(training rows, held-out rows) of the task's categories; no held-out row is ever a training one."""
-    from relay.envs import bfcl_multi_turn as multi_turn  # it imports this module
-
-    weights = categories(task)
-    n_train, n_eval = shares(task.num_train_rows, weights), shares(task.num_eval_rows, weights)
-    rng = random.Random(seed)
-    train, held_out, short = [], [], []
-    for category in weights:
-        if category in MULTI_TURN_CATEGORIES:  # episodes in the environment: rows name the row only
-            pool, held = split(multi_turn.read_category(category), multi_turn.scenario)
-            make, text = multi_turn.as_row, multi_turn.INSTRUCTION
-        else:
-            (pool, held), make, text = split(read_category(category)), as_row, INSTRUCTION
-        instruction = task.system_prompt or text.format(syntax=CALL_SYNTAX[parser])
-        if n_eval[category] > len(held):
-            short.append(f"{category} holds out {len(held)} rows, {n_eval[category]} asked")
-        eval_rows = [make(category, r, instruction, parser) for r in held[: n_eval[category]]]
-        asked = {question(r) for r in eval_rows}
-        own = [r for r in (make(category, r, instruction, parser) for r in pool) if question(r) not in asked]
-        rng.shuffle(own)
-        train += [own[i % len(own)] for i in range(n_train[category])] if own else []
-        held_out += eval_rows
-    if short:
-        raise ConfigError([f"task.num_eval_rows: {'; '.join(short)} (split by task.categories' weights)"])
-    return train, held_out
 
 
 def as_row(category: str, row: dict[str, Any], instruction: str, parser: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """task.opponent=frozen_policy: the other seat of a two-player textarena game is played by the run's
-starting model (model.path, resolved as the run resolves it), frozen for the whole run.
+starting model (model.path, as a folder: the EnvPool resolves `tiny`, a GGUF or a named model as
+the driver does, actors/env.py), frozen for the whole run.
 
     task: {name: textarena, env_id: TicTacToe-v0, opponent: frozen_policy, opponent_temperature: 0}
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from relay.config.textarena import ENV_PATH, FROZEN_POLICY
+from relay.config.textarena import FROZEN_POLICY
 
 __all__ = ["FROZEN_POLICY", "FrozenPolicy", "frozen_policy"]
 _LOADING = threading.Lock()  # one load per process, even if two games ask for their first move at once
@@ -68,21 +69,23 @@ class FrozenPolicy:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
 
-def frozen_policy(path: str, tokenizer_path: str | None = None, trust_remote_code: bool = False) -> FrozenPolicy:
-    """This process's copy of the model at `path` (model.path as the config names it), loaded on the first call."""
+def frozen_policy(folder: str, tokenizer_folder: str | None = None, trust_remote_code: bool = False) -> FrozenPolicy:
+    """This process's copy of the model in `folder`, loaded on the first call."""
     with _LOADING:
-        return _load(path, tokenizer_path, trust_remote_code)
+        return _load(folder, tokenizer_folder, trust_remote_code)
 
 
 @functools.cache
-def _load(path: str, tokenizer_path: str | None, trust_remote_code: bool) -> FrozenPolicy:
+def _load(folder: str, tokenizer_folder: str | None, trust_remote_code: bool) -> FrozenPolicy:
     import torch
-
-    from relay.models.loading import load_model, load_tokenizer
-    from relay.models.resolve import model_folder
+    import transformers
 
     torch.set_num_threads(1)  # the EnvPool's CPU share: the learner and the engines keep the cores
-    folder = model_folder(path, "model.path", ENV_PATH)  # `tiny`, a GGUF, a named model: as the driver resolved it
-    tokenizer = load_tokenizer(tokenizer_path or folder, trust_remote_code)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        tokenizer_folder or folder, trust_remote_code=trust_remote_code
+    )
     # float32 whatever model.dtype says: CPU matmuls in half precision are slower, not faster
-    return FrozenPolicy(load_model(folder, "float32", trust_remote_code), tokenizer)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, trust_remote_code=trust_remote_code
+    )
+    return FrozenPolicy(model, tokenizer)

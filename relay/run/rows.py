@@ -4,7 +4,7 @@ question (pure: no ray)."""
 from __future__ import annotations
 
 from relay.config import Config, ConfigError, resolve_dotted
-from relay.envs import bfcl, chat_arithmetic, reasoning_gym, textarena
+from relay.envs import bfcl_rows, chat_arithmetic, reasoning_gym, textarena
 from relay.envs.arithmetic import make_rows
 from relay.envs.contract import seed_rows
 from relay.envs.data import load_rows
@@ -30,7 +30,7 @@ def task_rows(cfg: Config) -> tuple[list[dict], list[dict]]:
     if t.name == "reasoning_gym":  # held-out rows from seeds training never uses, none asked in training
         return checked_split(*reasoning_gym.make_rows(t, cfg.run.seed), "task.datasets")
     if t.name == "bfcl":  # a split fixed by row id: held-out rows are never training rows, in any run
-        return checked_split(*bfcl.make_rows(t, cfg.tools.parser, cfg.run.seed), "task.categories")
+        return checked_split(*bfcl_rows.make_rows(t, cfg.tools.parser, cfg.run.seed), "task.categories")
     if t.name == "textarena":  # one game seed per row; held-out seeds from a range training never draws
         return textarena.game_rows(t.num_train_rows, t.num_eval_rows, cfg.run.seed)
     if t.train_file is None and t.env is not None:  # rows for reset(**row), or only an episode seed each

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from actors.env import with_model_folders
 from relay.config import ConfigError, load_config, save_resolved
 from relay.envs.base import EnvRunner
 from relay.envs.contract import EnvMaker
@@ -42,6 +43,11 @@ def play(env: TextArenaEnv, seed: int) -> tuple[float, list[dict]]:
     return reward, infos
 
 
+def as_in_the_pool(cfg) -> dict:
+    """The env_config an EnvPool hands the game: the opponent's model.path as a folder."""
+    return with_model_folders(cfg.task).env_config
+
+
 def test_an_episode_against_the_starting_model_runs_to_the_end():
     cfg = load_config(None, [*FROZEN, "rollout.max_tokens_per_turn=8", "task.opponent_temperature=0"])
     assert cfg.task.env_config == {
@@ -57,7 +63,7 @@ def test_an_episode_against_the_starting_model_runs_to_the_end():
             "stop": [],
         },
     }
-    runner = EnvRunner(EnvMaker(TextArenaEnv, cfg.task.env_config))
+    runner = EnvRunner(EnvMaker(TextArenaEnv, as_in_the_pool(cfg)))
     for seed in (0, 1):  # the model in seat 0, then in seat 1 (the opponent opens)
         (start,) = runner.reset([f"e{seed}"], [{"seed": seed}])
         assert start.error is None and start.prompt_prefix == PREFIX and "Tic Tac Toe" in start.observation
@@ -82,8 +88,8 @@ def test_the_opponent_is_loaded_once_and_keeps_its_weights_when_the_policys_chan
     from relay.models.loading import load_model
 
     textarena_opponent._load.cache_clear()  # a fresh process's first move
-    opponent = frozen_policy("tiny")
-    assert frozen_policy("tiny") is opponent  # one copy per process (per EnvPool actor)
+    opponent = frozen_policy(tiny_model_path)
+    assert frozen_policy(tiny_model_path) is opponent  # one copy per process (per EnvPool actor)
     assert torch.get_num_threads() == 1 and not opponent.model.training
     assert not any(p.requires_grad for p in opponent.model.parameters())
     before = {k: v.clone() for k, v in opponent.model.state_dict().items()}
@@ -104,7 +110,7 @@ def test_a_sampling_opponent_replays_its_game_from_the_seed():
     assert cfg.task.env_config["opponent_model"]["temperature"] == 1.5
     games = []
     for _ in range(2):
-        env = TextArenaEnv(cfg.task.env_config)
+        env = TextArenaEnv(as_in_the_pool(cfg))
         play(env, seed=4)
         games.append(env.opponent_chat)
     assert games[0] == games[1]
@@ -113,7 +119,7 @@ def test_a_sampling_opponent_replays_its_game_from_the_seed():
 def test_a_move_ends_where_the_policys_turns_end():
     digits = [str(d) for d in range(10)]
     cfg = load_config(None, [*FROZEN, "rollout.max_tokens_per_turn=12", f"rollout.stop={digits}"])
-    env = TextArenaEnv(cfg.task.env_config)
+    env = TextArenaEnv(as_in_the_pool(cfg))
     play(env, seed=0)
     moves = [m["content"] for m in env.opponent_chat if m["role"] == "assistant"]
     assert moves and all(m[-1] in digits and not any(c in digits for c in m[:-1]) for m in moves)
@@ -133,7 +139,7 @@ def test_the_opponents_moves_are_judged_by_the_rules_and_counted_apart(monkeypat
     scripted = Scripted()
     monkeypatch.setattr("relay.envs.textarena.frozen_policy", lambda *a: scripted)
     cfg = load_config(None, FROZEN)
-    reward, infos = play(TextArenaEnv(cfg.task.env_config), seed=1)  # the opponent holds seat 0 and opens
+    reward, infos = play(TextArenaEnv(as_in_the_pool(cfg)), seed=1)  # the opponent holds seat 0 and opens
     assert reward in (-1.0, 0.0, 1.0) and len(scripted.seen) >= 3
     assert sum(i["opponent_invalid_moves"] for i in infos) == 1 and not infos[-1]["opponent_invalid_ending"]
     warned = scripted.seen[1][-1]["content"]
