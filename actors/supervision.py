@@ -34,10 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
-from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from actors.restarts import process_id, wait_restarted
-from relay.failures import ActorLost, CallRaised, actor_error_line, raised_line
+from relay.failures import ActorLost, CallRaised, raised_line
 
 # A call that fails on this many fresh replacements in a row is not bad luck: the run stops.
 ATTEMPTS_PER_CALL = 4
@@ -355,28 +355,3 @@ def role_actors(handle) -> list:
     class, where an actor handle has none (its attributes are its remote methods)."""
     stands_for = getattr(type(handle), "ray_actors", None)
     return stands_for(handle) if stands_for is not None else [handle]
-
-
-class actor_loss_stops:
-    """Context manager around a run: an actor that died for good (a learner rank; a restartable
-    role out of restarts) leaves as relay.failures.ActorLost naming the run folder, which the
-    driver turns into one line with the last checkpoint and the `--resume` command."""
-
-    def __init__(self, run_dir):
-        self.run_dir = run_dir
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None and issubclass(exc_type, ActorLost):
-            # raised in an actor (a rollout worker whose pool is gone), Ray's error wraps it as `cause`
-            lost = getattr(exc, "cause", exc)
-            raise type(lost)(str(lost), self.run_dir) from exc
-        if exc_type is not None and issubclass(exc_type, RayActorError):
-            raise ActorLost(actor_error_line(exc), self.run_dir) from exc
-        if exc_type is not None and issubclass(
-            exc_type, OutOfMemoryError
-        ):  # Ray's memory monitor killed a call's worker
-            raise ActorLost(f"killed for memory: {str(exc).strip().splitlines()[0][:300]}", self.run_dir) from exc
-        return False

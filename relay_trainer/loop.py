@@ -14,7 +14,6 @@ import random
 import time
 from functools import partial
 
-from actors.supervision import actor_loss_stops
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
 from relay.config.resolved import kl_in_reward
@@ -34,6 +33,7 @@ from relay.run.step_metrics import PhaseTimer
 from relay.run.stop import HealthStopped, StopOnSignal
 from relay.run.summary import summarize
 from relay.update.kl_control import make_kl_controller
+from relay_trainer.actor_loss import actor_loss_stops
 from relay_trainer.checkpoints import load_training_checkpoint, save_training_checkpoint
 from relay_trainer.elastic import rollout_pool
 from relay_trainer.learner_recovery import LearnerRecovery

@@ -7,8 +7,9 @@ import pickle
 import pytest
 from ray.exceptions import ActorDiedError, OutOfMemoryError
 
-from actors.supervision import FAULT_COUNTS, ShardLost, Supervisor, actor_error_line, actor_loss_stops
-from relay.failures import ActorLost
+from actors.supervision import FAULT_COUNTS, ShardLost, Supervisor
+from relay.failures import ActorLost, actor_error_line
+from relay_trainer.actor_loss import actor_loss_stops
 
 
 def test_counts_are_taken_per_step_and_kept_in_totals():
