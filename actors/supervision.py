@@ -135,46 +135,11 @@ class Supervisor:
     def get_all(self, calls: list[Call], timeout_s: float | None = None) -> list:
         """Every call's result, in order. The calls run at once; each has its own deadline from
         when it was (re)sent. A call whose actor dies or hangs is redone on the replacement."""
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        refs = [c.submit() for c in calls]
-        sent = [time.monotonic()] * len(calls)
-        results = []
-        for i, call in enumerate(calls):
-            attempt = 1
-            while True:
-                try:
-                    result = ray.get(refs[i], timeout=max(0.0, sent[i] + timeout - time.monotonic()))
-                    if call.valid is None or call.valid(result):
-                        break
-                    self.log(f"relay: fault: {call.what}: the actor had restarted (fresh state); redoing it")
-                    self.count("restarts")
-                    self._rebuild(call)
-                except GetTimeoutError:
-                    self.count("timeouts")
-                    self.log(
-                        f"relay: fault: {call.what}: no answer within {timeout:g}s; killing the actor to restart it"
-                    )
-                    ray.kill(call.actor, no_restart=False)
-                    self._recover(call, attempt, "hung")
-                except ShardLost as lost:
-                    lost = getattr(lost, "cause", lost)  # Ray's error wraps the worker's ShardLost as its cause
-                    self.add(lost.counts)
-                    self.log(f"relay: fault: {call.what} lost: {lost}")
-                except RayActorError as e:
-                    self.count("actor_errors")
-                    self._recover(call, attempt, type(e).__name__)
-                except RayTaskError as e:
-                    self.count("call_errors")
-                    self.log(f"relay: fault: {call.what} raised {raised_line(e)}; redoing it")
-                    if attempt >= ATTEMPTS_PER_CALL:
-                        raise ActorLost(f"{call.what} raised {attempt} times in a row: {raised_line(e)}") from None
-                if attempt >= ATTEMPTS_PER_CALL:
-                    raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
-                attempt += 1
-                self.count("retried_shards" if call.shard else "retried_calls")
-                refs[i], sent[i] = call.submit(), time.monotonic()
-            results.append(result)
-        return results
+        return self.start_all(calls, timeout_s).results()
+
+    def start_all(self, calls: list[Call], timeout_s: float | None = None) -> PendingCalls:
+        """get_all's calls, sent and not waited for: `ready()` between other work, then `results()`."""
+        return PendingCalls(self, calls, self.timeout_s if timeout_s is None else timeout_s)
 
     # -- roles that are not restarted: learner, reference, critic
 
@@ -253,6 +218,14 @@ class Supervisor:
         stale shard is redone with the same arguments (so the same seed) on the replacement, after
         the current weights are re-sent (a colocated worker: after `restore(what)` restored it as
         the learner). Worker-side fault counts (`faults/*`) are taken here."""
+        return self.shard_results(self.start_rollout_shards(workers, submit, restore).results())
+
+    def start_rollout_shards(self, workers: list, submit, restore=None, since: int | None = None) -> PendingCalls:
+        """rollout_shards' calls, sent and supervised the same way but not waited for; their
+        `results()` go through `shard_results`. `since`: a shard is stale only on weights older than
+        that version (a fresh replacement's), for results read after later syncs (an evaluation beside training)."""
+        since_ok = lambda result: all(s.weight_version >= since for s in result[0])  # noqa: E731
+        valid = self.on_current_weights if since is None else since_ok
         calls = [
             Call(
                 w,
@@ -260,13 +233,15 @@ class Supervisor:
                 f"rollout-{i} rollout shard",
                 shard=True,
                 on_restart=lambda w=w: self.resend_weights(w) if restore is None else restore("rollout shard"),
-                valid=self.on_current_weights,
+                valid=valid,
             )
             for i, w in enumerate(workers)
         ]
         for i, call in enumerate(calls):  # an elastic pool's worker that is lost: the shard moves, seed and all
             call.move = None if restore is not None else lambda i=i, call=call: self._move(call, i, submit)
-        results = self.get_all(calls, self.rollout_timeout_s)
+        return self.start_all(calls, self.rollout_timeout_s)
+
+    def shard_results(self, results: list) -> list:
         for _, metrics in results:
             self.add({k: v for k, v in metrics.items() if k.startswith("faults/")})
         keys = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for r in results for s in r[0]]
@@ -302,6 +277,73 @@ class Supervisor:
             raise ActorLost(f"{what}: the environment pool is gone ({why}, and no replacement answered)")
         self.count("restarts")
         raise ShardLost(f"{what}: environment pool {why}, restarted; redoing the shard", self.take())
+
+
+class PendingCalls:
+    """Calls sent at once (Supervisor.start_all), each with its own deadline from when it was
+    (re)sent. `ready()` looks without waiting and `results()` waits; either way a call whose actor
+    died or hung, or that answered from a fresh state, is redone on the replacement."""
+
+    def __init__(self, faults: Supervisor, calls: list[Call], timeout: float):
+        self.faults, self.calls, self.timeout = faults, calls, timeout
+        self.refs = [c.submit() for c in calls]
+        self.sent = [time.monotonic()] * len(calls)
+        self.attempts = [1] * len(calls)
+        self.done: dict[int, object] = {}
+
+    def ready(self) -> bool:
+        """Whether every result is in; a call that failed or passed its deadline is handled now."""
+        for i, ref in enumerate(self.refs):
+            if i in self.done:
+                continue
+            finished, _ = ray.wait([ref], num_returns=1, timeout=0, fetch_local=False)
+            if finished or time.monotonic() >= self.sent[i] + self.timeout:
+                self._settle(i)
+        return len(self.done) == len(self.calls)
+
+    def results(self) -> list:
+        """Every call's result, in order, waited for."""
+        for i in range(len(self.calls)):
+            while i not in self.done:
+                self._settle(i)
+        return [self.done[i] for i in range(len(self.calls))]
+
+    def _settle(self, i: int) -> None:
+        """Wait for call i until its deadline: its result, or the call redone (ActorLost after
+        ATTEMPTS_PER_CALL tries)."""
+        faults, call, attempt = self.faults, self.calls[i], self.attempts[i]
+        try:
+            result = ray.get(self.refs[i], timeout=max(0.0, self.sent[i] + self.timeout - time.monotonic()))
+            if call.valid is None or call.valid(result):
+                self.done[i] = result
+                return
+            faults.log(f"relay: fault: {call.what}: the actor had restarted (fresh state); redoing it")
+            faults.count("restarts")
+            faults._rebuild(call)
+        except GetTimeoutError:
+            faults.count("timeouts")
+            faults.log(
+                f"relay: fault: {call.what}: no answer within {self.timeout:g}s; killing the actor to restart it"
+            )
+            ray.kill(call.actor, no_restart=False)
+            faults._recover(call, attempt, "hung")
+        except ShardLost as lost:
+            lost = getattr(lost, "cause", lost)  # Ray's error wraps the worker's ShardLost as its cause
+            faults.add(lost.counts)
+            faults.log(f"relay: fault: {call.what} lost: {lost}")
+        except RayActorError as e:
+            faults.count("actor_errors")
+            faults._recover(call, attempt, type(e).__name__)
+        except RayTaskError as e:
+            faults.count("call_errors")
+            faults.log(f"relay: fault: {call.what} raised {raised_line(e)}; redoing it")
+            if attempt >= ATTEMPTS_PER_CALL:
+                raise ActorLost(f"{call.what} raised {attempt} times in a row: {raised_line(e)}") from None
+        if attempt >= ATTEMPTS_PER_CALL:
+            raise ActorLost(f"{call.what} failed on {attempt} replacements in a row")
+        self.attempts[i] = attempt + 1
+        faults.count("retried_shards" if call.shard else "retried_calls")
+        self.refs[i], self.sent[i] = call.submit(), time.monotonic()
 
 
 class EnvPoolCalls:

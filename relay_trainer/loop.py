@@ -36,6 +36,7 @@ from relay.update.kl_control import make_kl_controller
 from relay_trainer.actor_loss import actor_loss_stops
 from relay_trainer.checkpoints import load_training_checkpoint, save_training_checkpoint
 from relay_trainer.elastic import rollout_pool
+from relay_trainer.evaluation import overlapped_evaluation
 from relay_trainer.learner_recovery import LearnerRecovery
 from relay_trainer.metrics import publish as publish_ray_metrics
 from relay_trainer.pools import actor_pools, connect
@@ -128,6 +129,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
         in_run_rows = held_out_sample(eval_rows, cfg.health.eval_rows, cfg.run.seed)  # training.eval_every's
+        evals = overlapped_evaluation(cfg, actors, in_run_rows)  # one_step_off / async: beside training
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
         elastic.producer = getattr(plan, "producer", None)  # drained before a worker leaves the pool
         for step in range(start_step, cfg.training.steps):
@@ -137,16 +139,26 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             metrics.update(actors.faults.take())  # faults/*: restarts, timeouts, retried shards and calls
             metrics.update(elastic.resize(metrics))  # an elastic pool: rollout/workers, its request to the autoscaler
             state["rewards"].append(metrics[keys.REWARD_MEAN])
-            if cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
+            due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
+            if evals is not None:  # started now, logged with a later step once back (eval/lag_steps)
+                metrics.update(evals.after_step(step + 1, checkpoint=bool(due)))
+            elif cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
                 metrics.update(recovery.run(lambda: evaluate(cfg, actors, in_run_rows), "evaluation"))
-            metrics.update(health.observe(step + 1, metrics))  # health/*; a `relay: health:` line per alarm
+            out = evals is not None and evals.measuring == step + 1  # its result is compared at this step's reward
+            metrics.update(
+                health.observe(step + 1, metrics, evaluating=out)
+            )  # health/*; a `relay: health:` line per alarm
             loggers.log(metrics, step + 1)
             publish_ray_metrics(run_dir.name, metrics)  # run-tagged Ray metrics: the dashboard's Metrics view
             if report is not None:
                 report(step + 1, metrics)
             stopping = stop.requested  # read once: the checkpoint and the stop agree
             halted = health.halt  # a health.stop_on rule fired: checkpoint, then stop
-            due = step + 1 == cfg.training.steps or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0)
+            if evals is not None and (halted or stopping) and (late := evals.collect(step + 1, wait=True)):
+                # no step foresees a stop: the evaluation out is waited for before the checkpoint,
+                # and the step's metrics logged again with it (the later record of a step is read)
+                metrics.update(late)
+                loggers.log(metrics, step + 1)
             if due or halted or (stopping and cfg.checkpoint.on_stop):
                 # first: it may draw prompts; it waits on the last weight sync, where a learner may be lost
                 if (pipeline := recovery.run(plan.state_dict, "checkpoint")) is not None:

@@ -44,14 +44,24 @@ from relay_trainer.weights import sleep_engines, sync_weights
 def rollout(actors, rows: list[dict], seed_round: int, greedy: bool = False, first_group_id: int = 0):
     """Shard prompts over the rollout workers; one group id per prompt across the whole batch.
     `seed_round` seeds sampling, so a resumed run samples exactly what the first run did."""
+    return rollout_results(actors, start_rollout(actors, rows, seed_round, greedy, first_group_id).results())
+
+
+def start_rollout(actors, rows: list[dict], seed_round: int, greedy=False, first_group_id=0, since=None):
+    """`rollout`'s shards sent and not waited for (supervised as they are: Supervisor.start_rollout_shards)."""
     shards = split(rows, len(actors.rollout))
-    results = actors.faults.rollout_shards(  # a lost shard is redone, same seed, on the worker's replacement
+    return actors.faults.start_rollout_shards(  # a lost shard is redone, same seed, on the worker's replacement
         actors.rollout,
         lambda i, w, **seed: w.rollout.remote(  # seed: a lost worker's seed index, its shard redone on w
             shards[i], seed_round, first_group_id=first_group_id + i * len(shards[i]), greedy=greedy, **seed
         ),
         restore=actors.recovery.restore_replacement if actors.colocated else None,
+        since=since,
     )
+
+
+def rollout_results(actors, results: list) -> tuple[list[Sample], dict[str, float]]:
+    results = actors.faults.shard_results(results)
     return [s for shard_samples, _ in results for s in shard_samples], merge_rollout_metrics([m for _, m in results])
 
 
@@ -80,6 +90,17 @@ def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
     """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
+    return held_out_metrics(cfg, samples)
+
+
+def start_evaluation(cfg: Config, actors, rows: list[dict], version: int):
+    """`evaluate`'s episodes sent, on weights `version` or newer, and not waited for (training.mode
+    one_step_off / async: relay_trainer/evaluation.py); held_out_metrics reads their samples."""
+    rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
+    return start_rollout(actors, rows, seed_round=0, greedy=True, since=version)
+
+
+def held_out_metrics(cfg: Config, samples: list[Sample]) -> dict[str, float]:
     metrics = eval_metrics(cfg.task, [s.reward for s in samples])
     solved = lambda rewards: eval_metrics(cfg.task, rewards)["eval/accuracy"]  # noqa: E731
     metrics.update(by_dataset(samples, "eval/{}/accuracy", solved))  # a mix of datasets: each one's

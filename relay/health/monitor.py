@@ -3,6 +3,10 @@ once per step, after the step's metrics are complete (held-out evaluation includ
 health/* metrics to log with them and prints one `relay: health:` line per alarm as it begins;
 `final(eval_after, step)` checks the held-out evaluation after training the same way.
 
+A held-out result logged steps after the one whose weights it measured (eval/lag_steps: an
+evaluation beside training in one_step_off / async) is compared at that step's reward level,
+which `observe(..., evaluating=True)` kept when the evaluation started.
+
 An alarm is a rule's condition holding at a step; it is announced (printed, health/fired/<rule>)
 at the step it begins, and counted in health/alarms at every step it holds. A rule in
 health.stop_on sets `halt`, which the loop turns into a checkpoint and a HealthStopped.
@@ -65,16 +69,23 @@ class HealthMonitor:
         # each other only, the evaluation after training (every row) with the one before
         self.heldout = None if cfg.eval_rows else self.before
         self.alarms: list[dict] = []  # every alarm announced: step, rule, value, line
+        self.levels: dict[int, float] = {}  # reward level of each step whose evaluation is out
         self.halt: str | None = None  # a health.stop_on rule fired at the last step
         if state:
             self.load_state_dict(state)
 
-    def observe(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        """The health/* metrics of `step` (1-based); prints the alarms that begin at it."""
+    def observe(self, step: int, metrics: dict[str, float], evaluating: bool = False) -> dict[str, float]:
+        """The health/* metrics of `step` (1-based); prints the alarms that begin at it. `evaluating`:
+        a held-out evaluation of this step's weights is out, its result to come with a later step."""
         if not self.rules:
             return {}
         self.halt = None
-        view = View(metrics, self.history, self.cfg.window, self.heldout)
+        lag, level = metrics.get(keys.EVAL_LAG_STEPS), None
+        measured = step if lag is None else step - int(lag)  # the step whose weights a held-out result measured
+        if lag is not None:  # results come back in order: the older steps' levels are not needed again
+            level = self.levels.pop(measured, None)
+            self.levels = {k: v for k, v in self.levels.items() if k > measured}
+        view = View(metrics, self.history, self.cfg.window, self.heldout, level)
         out, active = {}, set()
         for rule in self.rules:
             check = RULE_FUNCTIONS[rule](view, self.cfg)
@@ -91,7 +102,9 @@ class HealthMonitor:
                     self._announce(step, rule, check)
         self.active = active
         out[keys.HEALTH_ALARMS] = float(len(active))
-        self._remember(view, step)
+        self._remember(view, step, measured)
+        if evaluating and (rewards := self.history.get(keys.REWARD_MEAN)):
+            self.levels[step] = mean(rewards[-self.cfg.window :])  # what reward_hacking compares at this step
         return out
 
     def final(self, eval_after: dict | None, step: int) -> list[dict]:
@@ -115,7 +128,7 @@ class HealthMonitor:
         self.alarms.append({"step": step, "rule": rule, "value": check.value, "line": line})
         self.say(line)
 
-    def _remember(self, view: View, step: int) -> None:
+    def _remember(self, view: View, step: int, measured: int) -> None:
         for key in TRACKED:
             if (v := view.get(key)) is not None:
                 kept = self.history.setdefault(key, [])
@@ -123,8 +136,9 @@ class HealthMonitor:
                 del kept[: -max(2 * self.cfg.window, self.cfg.zero_adv_steps)]
         value = next((e for key in EVAL_KEYS if (e := view.get(key)) is not None), None)
         rewards = self.history.get(keys.REWARD_MEAN, [])
-        if value is not None:  # a held-out evaluation at this step: the next comparison starts here
-            self.heldout = {"step": step, "value": value, "reward": mean(rewards[-self.cfg.window :])}
+        if value is not None:  # a held-out evaluation of `measured`'s weights: the next comparison starts there
+            level = view.level if view.level is not None else mean(rewards[-self.cfg.window :])
+            self.heldout = {"step": measured, "value": value, "reward": level}
         for point in (self.before, self.heldout):
             if point is not None and point["reward"] is None and rewards:
                 point["reward"] = rewards[0]

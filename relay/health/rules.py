@@ -35,6 +35,9 @@ class View:
     history: dict[str, list[float]]
     window: int
     heldout: dict | None = None  # {"step", "value", "reward"}: the last held-out evaluation and the reward then
+    # the reward level a held-out result is compared at, when it measured an earlier step's weights
+    # (eval/lag_steps: logged steps later, beside training); None: this step's
+    level: float | None = None
 
     def get(self, key: str) -> float | None:
         v = self.now.get(key)
@@ -87,9 +90,12 @@ def reward_hacking(v: View, c: HealthConfig) -> Check | None:
     now_eval = next((e for key in EVAL_KEYS if (e := v.get(key)) is not None), None)
     if now_eval is not None and v.heldout is not None and v.heldout.get("reward") is not None:
         now = v.get(keys.REWARD_MEAN)  # None after training: then the last window's
-        level = mean(
-            v.recent(keys.REWARD_MEAN, v.window - 1) + [now] if now is not None else v.recent(keys.REWARD_MEAN)
-        )
+        if v.level is not None:  # a result of an earlier step's weights: the level at that step
+            level = v.level
+        else:
+            level = mean(
+                v.recent(keys.REWARD_MEAN, v.window - 1) + [now] if now is not None else v.recent(keys.REWARD_MEAN)
+            )
         rise, change = level - v.heldout["reward"], now_eval - v.heldout["value"]
         detail = (
             f"reward {v.heldout['reward']:.3g} -> {level:.3g} while held-out {v.heldout['value']:.3g} -> {now_eval:.3g} "

@@ -31,6 +31,10 @@ POLICY_LOSS = "actor/pg_loss"  # the Learner's "pg_loss" under its "actor/" pref
 TOKENS_PER_S = "rollout/tokens_per_s"  # the whole batch; f"{TOKENS_PER_S}/{i}": rollout worker i
 WEIGHTS_VERSION = "weights/version"  # the policy version after the step's update
 STALENESS = "weights/staleness"  # the version the update ran on minus the batch's oldest weight version
+# an in-run evaluation beside training (training.mode one_step_off / async): the oldest weight version its
+# samples carry, and how many steps after the one whose weights it measured it was logged
+EVAL_WEIGHTS_VERSION = "eval/weights_version"
+EVAL_LAG_STEPS = "eval/lag_steps"
 TOOL_CALLS = "tools/calls"  # tool calls the model made this step (malformed ones included)
 TOOL_ERRORS = "tools/errors"  # tool calls of this step that failed (errors, timeouts, malformed calls)
 TOOL_COUNTS = (TOOL_CALLS, TOOL_ERRORS)  # totals: summed over rollout workers and dynamic-sampling tries
