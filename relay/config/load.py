@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import yaml
 
-from relay.config.schema import Config, ConfigError
 from relay.config.bfcl import with_bfcl_env
+from relay.config.schema import Config, ConfigError
 from relay.config.textarena import with_game_env
 from relay.config.validate import validate
 from relay.config.validate_pipeline import with_layout
