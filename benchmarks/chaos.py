@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
-from actors import steps as driver_steps  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.fault_points import disarm  # noqa: E402
+from relay_trainer import steps as driver_steps  # noqa: E402
 from relay_trainer.fault_arming import arm_run  # noqa: E402
 from relay_trainer.producer import RolloutProducer  # noqa: E402
 

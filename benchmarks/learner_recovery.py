@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
-from actors import learner_recovery  # noqa: E402
+from relay_trainer import learner_recovery  # noqa: E402
 
 
 def argv(out: str, name: str, steps: int, restores: int) -> list[str]:

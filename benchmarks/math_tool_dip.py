@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import driver  # noqa: E402
-from actors import steps  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.envs.math_tool import OUTCOMES, episode_outcome  # noqa: E402
+from relay_trainer import steps  # noqa: E402
 
 QUIET = ["logging.console_every=10", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors import steps
 from relay.config import load_config
 from relay.envs.math_tool import make_rows
 from relay.run.model_source import resolve_model_path
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer import steps
 from relay_trainer.pools import actor_pools
 from relay_trainer.weights import sync_weights
 

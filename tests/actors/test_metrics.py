@@ -18,11 +18,11 @@ import pytest
 import ray
 
 import driver
-from actors import metrics as relay_metrics
-from actors import steps
 from relay.config import load_config
 from relay.run import metric_keys as keys
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer import metrics as relay_metrics
+from relay_trainer import steps
 from tests.prometheus import export_port, scrape
 
 REPO = Path(__file__).resolve().parents[2]

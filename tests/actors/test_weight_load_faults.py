@@ -17,8 +17,8 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
-from actors.supervision import actor_error_line
 from relay.config import load_config
+from relay.failures import actor_error_line
 from relay.run.model_source import resolve_model_path
 from relay_trainer.pools import actor_pools
 from relay_trainer.weights import sync_weights

@@ -10,7 +10,8 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
-from actors.supervision import Supervisor, actor_error_line
+from actors.supervision import Supervisor
+from relay.failures import actor_error_line
 from relay_trainer.weights import sync_weights
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import driver
-from actors import steps
 from relay.config import load_config
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer import steps
 
 pytestmark = [
     pytest.mark.slow,
