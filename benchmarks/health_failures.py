@@ -6,9 +6,11 @@ accuracy starts to fall (docs/health.md, "What it catches, measured").
 Each case is one `driver.py` run with in-run held-out evaluations (training.eval_every), its
 broken part from benchmarks/health_failure_parts.py:
 
-  loophole     the default task (tiny model, 2-digit addition), trained on a reward whose checker
-               works the sum out with a carry bug, so it pays the slip the warm start already makes;
-               held-out rows are graded by the exact check
+  loophole     the default task (2-digit addition): the default run (60 steps) teaches the tiny
+               model to carry; its final model is then trained on a reward whose checker works the
+               sum out with a carry bug, so it pays the slip the model still makes on some samples;
+               held-out rows are graded by the exact check. (From the warm start itself the bug
+               changes nothing held out: greedy answers already make the slip.)
   tool_outage  configs/math_tool.yaml with its python tool replaced by a calculator that fails
                every call after the first RELAY_FLAKY_TOOL_CALLS (held-out evaluations' included)
 
@@ -50,8 +52,10 @@ def addition_files(folder: Path) -> list[str]:
 
 
 def loophole(out: Path) -> tuple[list[str], dict[str, str]]:
+    base = run_driver("loophole-base", out, ["checkpoint.every=0"], {})
     args = [
         *addition_files(out / "loophole-data"),
+        f"model.path={base / 'final_model'}",
         f"task.reward_fn={PARTS}:carry_slip_reward",
         "training.steps=30",
         "training.eval_every=2",
@@ -75,9 +79,13 @@ def tool_outage(out: Path) -> tuple[list[str], dict[str, str]]:
 CASES = {"loophole": loophole, "tool_outage": tool_outage}
 
 
-def run_case(name: str, out: Path, seed: int) -> Path:
+def run_case(name: str, out: Path) -> Path:
     args, env = CASES[name](out)
-    cmd = [sys.executable, "driver.py", *args, f"run.name={name}", f"run.output_dir={out}", f"run.seed={seed}"]
+    return run_driver(name, out, args, env)
+
+
+def run_driver(name: str, out: Path, args: list[str], env: dict[str, str]) -> Path:
+    cmd = [sys.executable, "driver.py", *args, f"run.name={name}", f"run.output_dir={out}"]
     print("$", " ".join(cmd), flush=True)
     log = out / f"{name}.log"
     with log.open("w") as f:
@@ -119,14 +127,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "health-failures")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fall", type=float, default=0.02, help="held-out drop that counts as a fall")
     p.add_argument("--reuse", action="store_true", help="read the runs already in --out; run none")
     a = p.parse_args()
     a.out = a.out.resolve()
     rows = []
     for name in a.cases.split(","):
-        run = a.out / name if a.reuse else run_case(name, a.out, a.seed)
+        run = a.out / name if a.reuse else run_case(name, a.out)
         points, alarms = read_run(run)
         fall = first_fall(points, a.fall)
         first = min((x["step"] for x in alarms), default=None)
