@@ -87,6 +87,7 @@ def run_case(name: str, out: Path) -> Path:
 def run_driver(name: str, out: Path, args: list[str], env: dict[str, str]) -> Path:
     cmd = [sys.executable, "driver.py", *args, f"run.name={name}", f"run.output_dir={out}"]
     print("$", " ".join(cmd), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
     log = out / f"{name}.log"
     with log.open("w") as f:
         rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT).returncode
