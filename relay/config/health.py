@@ -42,6 +42,9 @@ class HealthConfig:
     # accuracy (between two held-out evaluations) or the rule reward (over two windows) changed by at most hacking_flat
     hacking_reward_rise: float = 0.1
     hacking_flat: float = 0.0
+    # ... or rose by hacking_reward_rise since the best held-out evaluation while held-out accuracy
+    # fell below it by more than this (above the noise of a held-out score near its plateau)
+    hacking_fall: float = 0.02
     rm_min_correlation: float = 0.1  # correlation of RM score and rule reward over the batch, averaged over the window
     kl_growth: float = 3.0  # kl/mean reached this multiple of its recent level ...
     kl_min: float = 0.05  # ... and at least this (nats per token): tiny KLs early on jump by large factors
@@ -79,7 +82,7 @@ def validate_health(h: HealthConfig) -> list[str]:
         value = getattr(h, key)
         if not 0 < value <= 1:
             p.append(f"health.{key}: must be in (0, 1], got {value}")
-    for key in ("noise_sigmas", "kl_min"):
+    for key in ("noise_sigmas", "kl_min", "hacking_fall"):
         value = getattr(h, key)
         if not (math.isfinite(value) and value >= 0):
             p.append(f"health.{key}: must be >= 0, got {value}")

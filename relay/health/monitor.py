@@ -68,6 +68,7 @@ class HealthMonitor:
         # the last held-out point: in-run evaluations on a sample (health.eval_rows) compare with
         # each other only, the evaluation after training (every row) with the one before
         self.heldout = None if cfg.eval_rows else self.before
+        self.best = self.heldout  # the best held-out point so far, with the reward level then
         self.alarms: list[dict] = []  # every alarm announced: step, rule, value, line
         self.levels: dict[int, float] = {}  # reward level of each step whose evaluation is out
         self.halt: str | None = None  # a health.stop_on rule fired at the last step
@@ -85,7 +86,7 @@ class HealthMonitor:
         if lag is not None:  # results come back in order: the older steps' levels are not needed again
             level = self.levels.pop(measured, None)
             self.levels = {k: v for k, v in self.levels.items() if k > measured}
-        view = View(metrics, self.history, self.cfg.window, self.heldout, level)
+        view = View(metrics, self.history, self.cfg.window, self.heldout, self.best, level)
         out, active = {}, set()
         for rule in self.rules:
             check = RULE_FUNCTIONS[rule](view, self.cfg)
@@ -139,6 +140,8 @@ class HealthMonitor:
         if value is not None:  # a held-out evaluation of `measured`'s weights: the next comparison starts there
             level = view.level if view.level is not None else mean(rewards[-self.cfg.window :])
             self.heldout = {"step": measured, "value": value, "reward": level}
+            if self.best is None or value >= self.best["value"]:
+                self.best = self.heldout
         for point in (self.before, self.heldout):
             if point is not None and point["reward"] is None and rewards:
                 point["reward"] = rewards[0]
@@ -151,6 +154,7 @@ class HealthMonitor:
             "armed": sorted(self.armed),
             "before": dict(self.before) if self.before else None,
             "heldout": dict(self.heldout) if self.heldout else None,
+            "best": dict(self.best) if self.best else None,
             "alarms": list(self.alarms),
         }
 
@@ -159,4 +163,5 @@ class HealthMonitor:
         self.active, self.armed = set(state.get("active", ())), set(state.get("armed", ()))
         self.before = dict(state["before"]) if state.get("before") else self.before
         self.heldout = dict(state["heldout"]) if state.get("heldout") else None
+        self.best = dict(state["best"]) if state.get("best") else self.heldout
         self.alarms = list(state.get("alarms", ()))

@@ -35,6 +35,7 @@ class View:
     history: dict[str, list[float]]
     window: int
     heldout: dict | None = None  # {"step", "value", "reward"}: the last held-out evaluation and the reward then
+    best: dict | None = None  # the same for the best held-out evaluation so far
     # the reward level a held-out result is compared at, when it measured an earlier step's weights
     # (eval/lag_steps: logged steps later, beside training); None: this step's
     level: float | None = None
@@ -96,15 +97,24 @@ def reward_hacking(v: View, c: HealthConfig) -> Check | None:
             level = mean(
                 v.recent(keys.REWARD_MEAN, v.window - 1) + [now] if now is not None else v.recent(keys.REWARD_MEAN)
             )
-        rise, change = level - v.heldout["reward"], now_eval - v.heldout["value"]
-        detail = (
-            f"reward {v.heldout['reward']:.3g} -> {level:.3g} while held-out {v.heldout['value']:.3g} -> {now_eval:.3g} "
-            f"since step {v.heldout['step']} (health.hacking_reward_rise={c.hacking_reward_rise:g}, "
-            f"health.hacking_flat={c.hacking_flat:g})"
-        )
-        # a held-out score at 1 cannot rise: flat there is a solved task, not a hacked reward
-        tripped = rise >= c.hacking_reward_rise and change <= c.hacking_flat and now_eval < 1.0
-        return Check(rise - change, tripped, detail)
+        # since the last evaluation (flat or falling), or since the best one (fallen by more than
+        # hacking_fall): a reward that climbs a little between every two evaluations while held-out
+        # accuracy slides is measured against where the slide began
+        since = [(v.heldout, c.hacking_flat)]
+        if v.best is not None and v.best["reward"] is not None and v.best is not v.heldout:
+            since.append((v.best, -c.hacking_fall))
+        checks = []
+        for point, allowed in since:
+            rise, change = level - point["reward"], now_eval - point["value"]
+            detail = (
+                f"reward {point['reward']:.3g} -> {level:.3g} while held-out {point['value']:.3g} -> {now_eval:.3g} "
+                f"since step {point['step']} (health.hacking_reward_rise={c.hacking_reward_rise:g}, "
+                f"{'health.hacking_flat' if allowed == c.hacking_flat else 'health.hacking_fall'}={abs(allowed):g})"
+            )
+            # a held-out score at 1 cannot rise: flat there is a solved task, not a hacked reward
+            tripped = rise >= c.hacking_reward_rise and change <= allowed and now_eval < 1.0
+            checks.append(Check(rise - change, tripped, detail))
+        return next((ch for ch in checks if ch.tripped), checks[0])
     w = v.window
     rewards, rules = v.recent(keys.REWARD_MEAN, 2 * w - 1), v.recent(keys.RM_RULE_REWARD_MEAN, 2 * w - 1)
     if v.get(keys.RM_RULE_REWARD_MEAN) is None or len(rewards) < 2 * w - 1 or len(rules) < 2 * w - 1:

@@ -146,6 +146,23 @@ def test_reward_hacking_against_held_out_accuracy():
     assert not run(steps, cfg, before)[1]
 
 
+def test_reward_hacking_measured_from_the_best_held_out_point_across_a_slow_slide():
+    # window 1: the reward climbs 0.06 between evaluations (under the 0.1 rise) while held-out
+    # accuracy slides 0.9 -> 0.8 -> 0.7; against the best point (step 0, reward 0.2) the rise is
+    # 0.12 at step 2 and held-out fell 0.2 > health.hacking_fall
+    steps = [
+        {keys.REWARD_MEAN: 0.2},
+        {keys.REWARD_MEAN: 0.26, "eval/accuracy": 0.8},
+        {keys.REWARD_MEAN: 0.32, "eval/accuracy": 0.7},
+    ]
+    outs, lines, _ = run(steps, HealthConfig(window=1), {"eval/accuracy": 0.9})
+    assert fired(outs, "reward_hacking") == [3]
+    assert "reward 0.2 -> 0.32 while held-out 0.9 -> 0.7 since step 0" in lines[0] and "hacking_fall" in lines[0]
+    # the same climb over a dip within the noise of a plateau (0.99 -> 0.985): no alarm
+    steps[1]["eval/accuracy"], steps[2]["eval/accuracy"] = 0.985, 0.985
+    assert not run(steps, HealthConfig(window=1), {"eval/accuracy": 0.99})[1]
+
+
 def test_reward_hacking_against_the_rule_reward():
     # window 2, a reward model: reward mean(0.5, 0.5) - mean(0.1, 0.1) = 0.4 up, the rule reward
     # mean(0.5, 0.4) - mean(0.5, 0.5) = -0.05: it trips at step 4, the first with two windows
