@@ -13,7 +13,6 @@ does, with its cluster fixture (own ports, temp folder and token; stopped by its
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
@@ -27,8 +26,9 @@ from tests.e2e.test_local_cluster import (  # noqa: F401  (local_cluster: the fi
     gcs_nodes,
     get,
     local_cluster,
+    submit,
 )
-from tests.e2e.test_ray_job import EXCLUDES, RAY, http
+from tests.e2e.test_ray_job import http
 
 pytestmark = pytest.mark.slow  # about 2-3 minutes: a head with the dashboard, three added nodes, a 40-step job
 
@@ -45,13 +45,7 @@ def test_the_pool_grows_from_one_to_two_workers_as_the_autoscaler_adds_a_node(lo
         "training.steps=40", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4",
         f"run.output_dir={tmp_path}", "checkpoint.save_hf_model=false", "training.eval_before=false",
     ]  # fmt: skip
-    job = subprocess.run(
-        [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", "--submission-id=elastic-pool",
-         "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}", "--",
-         "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
-        cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    submit(cluster, "elastic-pool", run_args)
 
     most, deadline = 0, time.monotonic() + 600
     while (status := get(cluster, "/api/jobs/elastic-pool")["status"]) in ("PENDING", "RUNNING"):

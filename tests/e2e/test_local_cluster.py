@@ -83,6 +83,17 @@ def get(cluster, path: str):
     return body.get("data", body)  # the state and status APIs wrap their answer in `data`, the jobs API not
 
 
+def submit(cluster, submission_id: str, run_args: list[str]) -> None:
+    """`ray job submit --working-dir .` of driver.py on configs/local_cluster.yaml, not waited for."""
+    job = subprocess.run(
+        [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", f"--submission-id={submission_id}",
+         "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}", "--",
+         "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
+        cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+
+
 def active_types(cluster) -> dict[str, int]:
     """The autoscaler's own view: node type -> active nodes (what `ray status` prints)."""
     report = get(cluster, "/api/cluster_status?format=0")["clusterStatus"]["autoscalerReport"]
@@ -105,13 +116,7 @@ def test_the_autoscaler_adds_a_node_per_role_type_for_a_job_and_removes_them_whe
     run_args = ["training.steps=1", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4"]
     run_args += [f"run.output_dir={tmp_path}", "checkpoint.save_hf_model=false", "training.eval_before=false"]
     submitted = time.time()
-    job = subprocess.run(
-        [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", "--submission-id=local-cluster",
-         "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}", "--",
-         "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
-        cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    submit(cluster, "local-cluster", run_args)
 
     seen, deadline = {}, time.monotonic() + 400
     while (status := get(cluster, "/api/jobs/local-cluster")["status"]) in ("PENDING", "RUNNING"):
