@@ -39,6 +39,8 @@ MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_
 CATEGORIES = (*AST_CATEGORIES, "irrelevance", "live_irrelevance", *MULTI_TURN_CATEGORIES)
 ENV_PATH = "relay.envs.bfcl_multi_turn:BfclEnv"
 DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel")
+# The package's calls take milliseconds; a model's arguments can make one compute for hours (power)
+API_CALL_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class BfclFields:
     """TaskConfig's fields for task.name=bfcl."""
 
     categories: Any = None  # [CATEGORY, ...] or {CATEGORY: weight}; unset: DEFAULT_CATEGORIES
+    # Multi-turn: wall-clock seconds one simulated API call may take (in a forked child); 0: no limit
+    api_call_timeout_s: float = API_CALL_TIMEOUT_S
 
 
 # The tool-call formats the system prompt can show and the reward can read (tools.parser)
@@ -71,9 +75,9 @@ def multi_turn(task) -> bool:
 def with_bfcl_env(task):
     """task.name=bfcl with a multi-turn category: task.env is BfclEnv, which runs every row of the
     mix (a single-turn row as one step). A task.env the user set is left for validate to name."""
-    if task.name != "bfcl" or task.env is not None or not multi_turn(task):
+    if task.name != "bfcl" or task.env not in (None, ENV_PATH) or not multi_turn(task):
         return task
-    return dataclasses.replace(task, env=ENV_PATH)
+    return dataclasses.replace(task, env=ENV_PATH, env_config={"api_call_timeout_s": task.api_call_timeout_s})
 
 
 def validate_bfcl(task, tools) -> list[str]:
@@ -95,6 +99,9 @@ def validate_bfcl(task, tools) -> list[str]:
             weight = given[name]
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
                 p.append(f"task.categories.{name}: the weight must be a number > 0, got {weight!r}")
+    limit = task.api_call_timeout_s
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit < float("inf"):
+        p.append(f"task.api_call_timeout_s: must be a finite number of seconds >= 0 (0: no limit), got {limit!r}")
     if tools.parser not in CALL_FORMATS:
         p.append(
             f"tools.parser: task.name=bfcl shows and reads calls in one of {', '.join(CALL_FORMATS)}, "

@@ -54,8 +54,13 @@ Mixed with single-turn categories, every row runs here: a single-turn row is a o
 its system message the environment's prompt prefix, its user message(s) the first observation,
 its reply scored by the same AST checker as relay/envs/bfcl.py.
 
-Known limit: the simulated APIs run in the EnvPool's process without a time limit; a call that
-computes for long (MathAPI.power with a huge integer exponent) holds that pool until it returns.
+Time limit. Each call runs in a fork of the EnvPool's process (relay/envs/forked_call.py) under
+task.api_call_timeout_s of wall-clock time (env_config api_call_timeout_s; 0: in this process, no
+limit): a call that computes for long on the model's arguments (MathAPI.power with a huge integer
+exponent holds the interpreter inside one C call, which no thread or signal interrupts) is killed
+at the limit and becomes a tool error like the others ("... took longer than 10 s and was
+stopped"); whatever it changed dies with it. A call that returns brings its instances back: the
+child's copies, pickled, replace the episode's.
 """
 
 from __future__ import annotations
@@ -67,7 +72,9 @@ import uuid
 from functools import cache
 from typing import Any
 
+from relay.config.bfcl import API_CALL_TIMEOUT_S
 from relay.envs.bfcl import check
+from relay.envs.forked_call import ForkedCallFailed, ForkedCallTimeout, run_in_fork
 from relay.tools.calls import ParseResult
 
 INSTRUCTION = (
@@ -144,6 +151,7 @@ class BfclEnv:
 
     def __init__(self, config=None):
         self.name = ""  # the package's instance names of the current episode start with it
+        self.call_time_limit_s = float((config or {}).get("api_call_timeout_s", API_CALL_TIMEOUT_S))
         self.prefix = self.shown = ""
 
     def get_prompt_prefix(self) -> str:
@@ -171,16 +179,11 @@ class BfclEnv:
         self.prefix = f"{instruction}\n\nThe functions you can call:\n{tools_block(self.functions)}"
         # a name of this episode's own: the package keeps instances in its module's globals by name
         self.name = f"relay_{uuid.uuid4().hex}"
-        _, self.instances = execute_multi_turn_func_call(
+        _, instances = execute_multi_turn_func_call(
             [], self.row["initial_config"], self.row["involved_classes"], self.name, self.row["id"],
             long_context=self.long_context,
         )  # fmt: skip
-        self.methods = {  # method name -> instance, a later class winning as in the package's mapping
-            name: instance
-            for instance in self.instances.values()
-            for name, _ in inspect.getmembers(instance, inspect.ismethod)
-            if not name.startswith("_")
-        }
+        self._adopt(instances)
         self.turn, self.steps, self.turn_results, self.all_results = 0, 0, [], []
         self.verdict: dict[str, Any] = {"valid": True}
         self.shown = self._user_turn()
@@ -205,7 +208,7 @@ class BfclEnv:
         records, messages, results = [], [], []
         for call in parsed.calls:
             start = time.perf_counter()
-            text, error = run_call(self.methods, allowed, call.name, call.arguments)
+            text, error = self._run(allowed, call.name, call.arguments)
             seconds = time.perf_counter() - start
             results.append(text)
             records.append(
@@ -225,6 +228,32 @@ class BfclEnv:
             info["verdict"] = {"valid": False, "error_type": "multi_turn:force_quit", "error_message": reason}
             return messages, 0.0, True, info
         return messages, 0.0, False, info
+
+    def _run(self, allowed: set[str], name: str, arguments: Any) -> tuple[str, str | None]:
+        """run_call under the time limit, in a forked child whose instances, once it returns, become
+        the episode's; over the limit (or a child that dies), a tool error and nothing changed."""
+        if not self.call_time_limit_s:
+            return run_call(self.methods, allowed, name, arguments)
+
+        def attempt():
+            return *run_call(self.methods, allowed, name, arguments), self.instances
+
+        try:
+            text, error, instances = run_in_fork(attempt, self.call_time_limit_s)
+        except (ForkedCallTimeout, ForkedCallFailed) as e:
+            error = f"{name} {e}" if isinstance(e, ForkedCallTimeout) else f"{name} failed: {e}"
+            return f"Error during execution: {error}", error
+        self._adopt(instances)
+        return text, error
+
+    def _adopt(self, instances: dict[str, Any]) -> None:
+        self.instances = instances
+        self.methods = {  # method name -> instance, a later class winning as in the package's mapping
+            name: instance
+            for instance in instances.values()
+            for name, _ in inspect.getmembers(instance, inspect.ismethod)
+            if not name.startswith("_")
+        }
 
     def _end_turn(self) -> tuple[str, float, bool, dict]:
         """The user turn is over: BFCL's checks of it (multi_turn_checker's order), then the next one."""

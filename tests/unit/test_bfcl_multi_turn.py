@@ -2,11 +2,13 @@
 replays a row's ground-truth calls through the agent loop gets 1.0 from BFCL's own checks, a wrong
 call 0.0; unknown functions, bad arguments and unreadable calls are counted tool errors the episode
 survives; miss_func's functions arrive at their turn; held-out scenarios are never trained on in
-any variant; a bad category is one line."""
+any variant; a simulated call past task.api_call_timeout_s is stopped and counted as a tool error;
+a bad category is one line."""
 
 import ast
 import inspect
 import json
+import time
 
 import pytest
 
@@ -16,6 +18,7 @@ from relay.engines.base import SamplingParams
 from relay.envs.base import EnvRunner, episode_return
 from relay.envs.bfcl import split
 from relay.envs.bfcl_multi_turn import BfclEnv, entries, read_category, scenario
+from relay.envs.contract import EnvMaker
 from relay.envs.tool_tasks import overlap
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.run.rows import task_rows
@@ -58,10 +61,10 @@ def replay(turns: list[list[tuple[str, dict]]]) -> list[str]:
     return [text for calls in turns for text in ([hermes(calls)] if calls else []) + ["Done."]]
 
 
-def episode(row_id: str, texts: list[str]):
+def episode(row_id: str, texts: list[str], env_config: dict | None = None):
     tok = build_tiny_tokenizer()
     engine = ScriptedEngine(tok, lambda turn, prompt: texts[min(turn, len(texts) - 1)] + EOS)
-    runner = EnvRunner(BfclEnv)
+    runner = EnvRunner(EnvMaker(BfclEnv, env_config))
     loop = AgentLoop(
         engine,
         tok,
@@ -125,6 +128,37 @@ def test_tool_errors_are_data_and_names_outside_the_rows_docs_are_never_called()
     assert not any(done for _, _, done, _ in steps)
     _, reward, done, info = env.step(hermes([("pwd", {})]))
     assert (reward, done, info["verdict"]["error_type"]) == (0.0, True, "multi_turn:force_quit")
+
+
+def test_a_call_past_the_time_limit_is_stopped_and_counted_and_the_episode_goes_on():
+    # MathAPI.power(7, 2e7) computes for about 15 s inside one C call (no signal or thread stops it)
+    slow = ("power", {"base": 7, "exponent": 2 * 10**7})
+    texts = [hermes([slow, ("mkdir", {"dir_name": "after"})]), "Done."]
+    start = time.perf_counter()
+    sample, tok = episode("multi_turn_base_15", texts, {"api_call_timeout_s": 0.3})
+    assert time.perf_counter() - start < 5.0
+    power, mkdir = sample.tool_calls[:2]
+    assert not power["ok"] and power["error"] == "power took longer than 0.3 s and was stopped"
+    assert 0.3 <= power["seconds"] < 3.0 and mkdir["ok"]
+    assert sample.meta["agent"]["tool_errors"] == 1
+    assert "Error during execution: power took longer than 0.3 s and was stopped" in tok.decode(sample.response_ids)
+    # the call after it ran on the episode's instances, which the forked calls bring back
+    env = BfclEnv({"api_call_timeout_s": 5})
+    env.reset({"dataset": "multi_turn_base", "id": "multi_turn_base_15", "parser": "hermes"})
+    env.step(hermes([("mkdir", {"dir_name": "after"})]))
+    assert "after" in env.instances["GorillaFileSystem"]._current_dir.contents
+
+
+def test_the_time_limit_is_a_task_key_handed_to_the_environment():
+    cfg = bfcl_config("task.categories=[multi_turn_base]", "task.api_call_timeout_s=2.5")
+    assert cfg.task.env_config == {"api_call_timeout_s": 2.5}
+    assert BfclEnv(cfg.task.env_config).call_time_limit_s == 2.5
+    assert bfcl_config("task.categories=[multi_turn_base]").task.env_config == {"api_call_timeout_s": 10.0}
+    with pytest.raises(ConfigError) as e:
+        bfcl_config("task.categories=[multi_turn_base]", "task.api_call_timeout_s=-1")
+    assert e.value.problems == [
+        "task.api_call_timeout_s: must be a finite number of seconds >= 0 (0: no limit), got -1.0"
+    ]
 
 
 def test_miss_func_functions_arrive_at_their_turn():
