@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from relay.config import Config
+from relay.config import TrainingConfig
+from relay.config.role_settings import HeldOutSettings
 from relay.run import metric_keys as keys
 from relay_trainer.steps import held_out_metrics, rollout_results, start_evaluation
 
@@ -77,16 +78,16 @@ class OverlappedEvaluation:
         return {**self.measure(pending.calls.results()), keys.EVAL_LAG_STEPS: float(step - pending.step)}
 
 
-def overlapped_evaluation(cfg: Config, actors, rows: list[dict]) -> OverlappedEvaluation | None:
+def overlapped_evaluation(
+    training: TrainingConfig, held_out: HeldOutSettings, actors, rows: list[dict]
+) -> OverlappedEvaluation | None:
     """The run's evaluation beside training: training.eval_every in one_step_off / async, else None."""
-    if cfg.training.mode == "sync" or not cfg.training.eval_every:
+    if training.mode == "sync" or not training.eval_every:
         return None
 
     def measure(results: list) -> dict[str, float]:
         samples, _ = rollout_results(actors, results)  # faults/* counted, as a blocking rollout's
         version = min((s.weight_version for s in samples), default=float("nan"))
-        return {**held_out_metrics(cfg, samples), keys.EVAL_WEIGHTS_VERSION: float(version)}
+        return {**held_out_metrics(held_out, samples), keys.EVAL_WEIGHTS_VERSION: float(version)}
 
-    return OverlappedEvaluation(
-        cfg.training.eval_every, lambda step: start_evaluation(cfg, actors, rows, version=step), measure
-    )
+    return OverlappedEvaluation(training.eval_every, lambda step: start_evaluation(actors, rows, version=step), measure)

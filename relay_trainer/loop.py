@@ -17,6 +17,7 @@ from functools import partial
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
 from relay.config.resolved import kl_in_reward
+from relay.config.role_settings import HeldOutSettings
 from relay.envs.data import PromptIterator
 from relay.failures import FailureWatch
 from relay.health import HealthMonitor, batch_signals, held_out_sample
@@ -113,23 +114,25 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             load_training_checkpoint(actors, ckpt, groups, state)
             recovery.checkpointed(ckpt)
         sync_weights(actors, version=start_step)
+        held_out = HeldOutSettings.of(cfg)  # what scoring the held-out episodes reads
         if state["eval_before"] is None and not cfg.training.eval_before:
             state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
-                state["eval_before"] = evaluate(cfg, actors, eval_rows)
+                state["eval_before"] = evaluate(held_out, actors, eval_rows)
             state.setdefault("seconds", {})["before"] = time.perf_counter() - started
         if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
             with phase(f"supervised stage ({cfg.sft.steps} steps)"):
                 supervised_stage(cfg, actors, demos, run_dir)
             recovery.state_unknown()  # trained outside the kept updates: restorable from the next checkpoint
             with phase("held-out evaluation after the supervised stage"):
-                state["eval_after_sft"] = evaluate(cfg, actors, eval_rows)
+                state["eval_after_sft"] = evaluate(held_out, actors, eval_rows)
             state.setdefault("seconds", {})["after_sft"] = time.perf_counter() - started
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
         in_run_rows = held_out_sample(eval_rows, cfg.health.eval_rows, cfg.run.seed)  # training.eval_every's
-        evals = overlapped_evaluation(cfg, actors, in_run_rows)  # one_step_off / async: beside training
+        # one_step_off / async: beside training
+        evals = overlapped_evaluation(cfg.training, held_out, actors, in_run_rows)
         plan = step_plan(cfg, actors, prompts, kl_ctl, start_step, state.get("pipeline"))
         elastic.producer = getattr(plan, "producer", None)  # drained before a worker leaves the pool
         for step in range(start_step, cfg.training.steps):
@@ -143,7 +146,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if evals is not None:  # started now, logged with a later step once back (eval/lag_steps)
                 metrics.update(evals.after_step(step + 1, checkpoint=bool(due)))
             elif cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics.update(recovery.run(lambda: evaluate(cfg, actors, in_run_rows), "evaluation"))
+                metrics.update(recovery.run(lambda: evaluate(held_out, actors, in_run_rows), "evaluation"))
             out = evals is not None and evals.measuring == step + 1  # its result is compared at this step's reward
             metrics.update(
                 health.observe(step + 1, metrics, evaluating=out)
@@ -172,7 +175,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if halted:
                 raise HealthStopped(halted, step + 1, run_dir)
         if cfg.training.steps:
-            eval_after = recovery.run(lambda: evaluate(cfg, actors, eval_rows), "evaluation")
+            eval_after = recovery.run(lambda: evaluate(held_out, actors, eval_rows), "evaluation")
         else:  # the supervised stage alone: its held-out result is the run's
             eval_after = state["eval_after_sft"]
         state.setdefault("seconds", {})["after"] = time.perf_counter() - started

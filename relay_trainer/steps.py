@@ -19,8 +19,8 @@ from ray.exceptions import RayActorError
 from actors.restarts import process_ids, wait_restarted
 from actors.supervision import ATTEMPTS_PER_CALL, role_actors
 from relay.config import Config
-from relay.config.resolved import BEFORE_UPDATE, old_logprobs_source
-from relay.config.role_settings import ProducerSettings
+from relay.config.resolved import BEFORE_UPDATE
+from relay.config.role_settings import HeldOutSettings, ProducerSettings, StepSettings
 from relay.envs.data import PromptIterator
 from relay.envs.reasoning_gym import by_dataset
 from relay.envs.scoring import trainable
@@ -76,38 +76,39 @@ def count_failures(samples: list[Sample], games: bool = False) -> dict[str, floa
     return {"reward/errors": errors, **step_failures(samples), **per_dataset, **moves}
 
 
-def score(cfg: Config, actors, samples: list[Sample]) -> dict[str, float]:
+def score(settings: StepSettings, actors, samples: list[Sample]) -> dict[str, float]:
     """A rollout's samples, scored by the workers: reward-model scores into the rewards, failures
     counted (the rule's and the RM's alike); with DAPO's overlong buffer, the long ones punished."""
-    metrics, a = score_with_reward_model(actors, samples), cfg.algorithm  # reward_model.*
-    metrics.update(count_failures(samples, games=cfg.task.name == "textarena"))
+    metrics, a = score_with_reward_model(actors, samples), settings.algorithm  # reward_model.*
+    metrics.update(count_failures(samples, games=settings.games))
     if a.overlong_buffer_len:  # DAPO soft overlong punishment
-        punish_overlong(samples, cfg.rollout.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
+        punish_overlong(samples, settings.max_new_tokens, a.overlong_buffer_len, a.overlong_penalty)
     return metrics
 
 
-def evaluate(cfg: Config, actors, rows: list[dict]) -> dict[str, float]:
+def evaluate(held_out: HeldOutSettings, actors, rows: list[dict]) -> dict[str, float]:
     """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
-    return held_out_metrics(cfg, samples)
+    return held_out_metrics(held_out, samples)
 
 
-def start_evaluation(cfg: Config, actors, rows: list[dict], version: int):
+def start_evaluation(actors, rows: list[dict], version: int):
     """`evaluate`'s episodes sent, on weights `version` or newer, and not waited for (training.mode
     one_step_off / async: relay_trainer/evaluation.py); held_out_metrics reads their samples."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     return start_rollout(actors, rows, seed_round=0, greedy=True, since=version)
 
 
-def held_out_metrics(cfg: Config, samples: list[Sample]) -> dict[str, float]:
-    metrics = eval_metrics(cfg.task, [s.reward for s in samples])
-    solved = lambda rewards: eval_metrics(cfg.task, rewards)["eval/accuracy"]  # noqa: E731
+def held_out_metrics(held_out: HeldOutSettings, samples: list[Sample]) -> dict[str, float]:
+    task = held_out.task
+    metrics = eval_metrics(task, [s.reward for s in samples])
+    solved = lambda rewards: eval_metrics(task, rewards)["eval/accuracy"]  # noqa: E731
     metrics.update(by_dataset(samples, "eval/{}/accuracy", solved))  # a mix of datasets: each one's
-    metrics.update(invalid_move_metrics(samples, "eval/", cfg.task.name == "textarena"))
+    metrics.update(invalid_move_metrics(samples, "eval/", task.name == "textarena"))
     # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
     # the endpoint read from the replies, which the program ran)
-    if cfg.tools.enabled or cfg.task.agent:
+    if held_out.tool_calls:
         episodes = max(len(samples), 1)
         metrics["eval/tool_calls_per_episode"] = sum(len(s.tool_calls) for s in samples) / episodes
         metrics["eval/tool_errors_per_episode"] = sum(not c["ok"] for s in samples for c in s.tool_calls) / episodes
@@ -116,34 +117,34 @@ def held_out_metrics(cfg: Config, samples: list[Sample]) -> dict[str, float]:
     return metrics
 
 
-def sampling_round(cfg: Config, step: int, attempt: int = 0) -> int:
+def sampling_round(settings: StepSettings, step: int, attempt: int = 0) -> int:
     """The rollout's seed round: one per try of every step, so a resumed run samples as the first did."""
-    return step * cfg.algorithm.dynamic_sampling_max_tries + attempt
+    return step * settings.algorithm.dynamic_sampling_max_tries + attempt
 
 
-def collect(cfg: Config, actors, prompts: PromptIterator, step: int):
+def collect(settings: StepSettings, actors, prompts: PromptIterator, step: int):
     """Roll out and score one batch. With DAPO dynamic sampling, groups whose rewards are all
     equal carry no signal: drop them and draw more prompts, at most `dynamic_sampling_max_tries`."""
-    a, want = cfg.algorithm, cfg.training.prompts_per_step
+    a, want, group_size = settings.algorithm, settings.prompts_per_step, settings.group_size
     kept, metrics = [], {"dapo/groups_dropped": 0.0}
     for attempt in range(a.dynamic_sampling_max_tries if a.dynamic_sampling else 1):
         samples, metrics_rollout = rollout(
-            actors, prompts.take(want), sampling_round(cfg, step, attempt), first_group_id=attempt * want
+            actors, prompts.take(want), sampling_round(settings, step, attempt), first_group_id=attempt * want
         )
         tools = {
             k: metrics.get(k, 0.0) + metrics_rollout[k] for k in keys.TOOL_COUNTS if k in metrics_rollout
         }  # every try's calls
-        metrics.update(metrics_rollout, **tools, **score(cfg, actors, samples))
+        metrics.update(metrics_rollout, **tools, **score(settings, actors, samples))
         if not a.dynamic_sampling:
             return samples, metrics
         mixed = mixed_groups(samples)
-        metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / cfg.rollout.n
+        metrics["dapo/groups_dropped"] += (len(samples) - sum(mixed)) / group_size
         kept += [s for s, keep in zip(samples, mixed) if keep]
-        if len(kept) >= want * cfg.rollout.n:
+        if len(kept) >= want * group_size:
             break
     metrics["dapo/tries"] = attempt + 1.0
     # all groups flat after every try: train on the last batch
-    return kept[: want * cfg.rollout.n] or samples, metrics
+    return kept[: want * group_size] or samples, metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,13 +166,16 @@ class ActorCalls:
     learner's. With a producer the samples were rolled out while earlier steps trained, and the
     weight sync is not waited for."""
 
-    def __init__(self, cfg: Config, actors, prompts: PromptIterator, kl_ctl, producer: RolloutProducer | None):
-        self.cfg, self.actors, self.prompts, self.kl_ctl, self.producer = cfg, actors, prompts, kl_ctl, producer
+    def __init__(
+        self, settings: StepSettings, actors, prompts: PromptIterator, kl_ctl, producer: RolloutProducer | None
+    ):
+        self.settings, self.actors, self.prompts = settings, actors, prompts
+        self.kl_ctl, self.producer = kl_ctl, producer
 
     def take_samples(self, step, timer):
-        cfg, actors, producer = self.cfg, self.actors, self.producer
+        actors, producer = self.actors, self.producer
         with timer("rollout"):  # the learner waits for its data here
-            found = collect(cfg, actors, self.prompts, step) if producer is None else producer.take()
+            found = collect(self.settings, actors, self.prompts, step) if producer is None else producer.take()
         if actors.rollout_sleeps:  # free the engines' GPU memory for the learner; the weight sync wakes them
             sleep_engines(actors)
         return found
@@ -235,7 +239,7 @@ class ActorCalls:
         """What the learner makes of the advantage inputs: old logprobs (unless its update finds
         them), and with LoRA the reference logprobs (its base model, adapters off)."""
         refs = {}
-        if old_logprobs_source(self.cfg) == BEFORE_UPDATE:
+        if self.settings.old_logprobs == BEFORE_UPDATE:
             refs["old_logprobs"] = self.actors.learner.compute_logprobs.remote(step_ref)
         if isinstance(self.actors.reference, LearnerAsReference):
             refs["ref_logprobs"] = self.actors.reference.compute_logprobs.remote(step_ref)
@@ -287,15 +291,15 @@ class OneCall:
     The actor rolls out, then updates on the trainable samples, finding its own old logprobs,
     and times both phases; the later phases hand back what the call returned."""
 
-    def __init__(self, cfg: Config, actors, prompts: PromptIterator, kl_ctl):
-        self.cfg, self.actors, self.prompts, self.kl_ctl = cfg, actors, prompts, kl_ctl
+    def __init__(self, settings: StepSettings, actors, prompts: PromptIterator, kl_ctl):
+        self.settings, self.actors, self.prompts, self.kl_ctl = settings, actors, prompts, kl_ctl
         self.update_metrics: dict[str, float] = {}
 
     def take_samples(self, step, timer):
         actors, called = self.actors, timer.elapsed()
         rows, seed_round, kl_coef = (
-            self.prompts.take(self.cfg.training.prompts_per_step),
-            sampling_round(self.cfg, step),
+            self.prompts.take(self.settings.prompts_per_step),
+            sampling_round(self.settings, step),
             self.kl_ctl.value,
         )
 
@@ -311,8 +315,7 @@ class OneCall:
         timer.starts.update(
             {keys.phase_start("rollout"): called, keys.phase_start("update"): called + seconds[keys.ROLLOUT_S]}
         )
-        games = self.cfg.task.name == "textarena"
-        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, games)}
+        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, self.settings.games)}
 
     def advantage_inputs(self, samples, timer):
         return {}  # none: no reference or critic here, and the update found its own old logprobs
@@ -336,12 +339,13 @@ def one_call_steps(cfg: Config, actors: Actors) -> bool:
 
 
 def step_plan(cfg: Config, actors, prompts: PromptIterator, kl_ctl, start_step: int, pipeline: dict | None) -> StepPlan:
-    """The step's plan for this run's layout and training.mode."""
+    """The step's plan for this run's layout and training.mode, with the settings its phases read."""
+    settings = StepSettings.of(cfg)
     if cfg.training.mode != "sync":  # one_step_off / async: groups rolled out while earlier steps train
-        scored = lambda samples: score(cfg, actors, samples)  # noqa: E731
+        scored = lambda samples: score(settings, actors, samples)  # noqa: E731
         producer = RolloutProducer(ProducerSettings.of(cfg), actors, prompts, scored, start_step, pipeline)
         actors.recovery.on_restore.append(producer.forget_learner_calls)  # they died with the lost learner
-        return ActorCalls(cfg, actors, prompts, kl_ctl, producer)
+        return ActorCalls(settings, actors, prompts, kl_ctl, producer)
     if one_call_steps(cfg, actors):  # colocated, nothing between the rollout and the update
-        return OneCall(cfg, actors, prompts, kl_ctl)
-    return ActorCalls(cfg, actors, prompts, kl_ctl, None)
+        return OneCall(settings, actors, prompts, kl_ctl)
+    return ActorCalls(settings, actors, prompts, kl_ctl, None)

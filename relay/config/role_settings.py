@@ -186,3 +186,38 @@ class ProducerSettings:
         return cls(
             training=cfg.training, partial=cfg.rollout.partial, rollout_timeout_s=cfg.resources.rollout_timeout_s
         )
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The driver's step phases (relay_trainer/steps.py): how a batch is drawn, scored and trained on."""
+
+    algorithm: AlgorithmConfig  # DAPO's dynamic sampling and overlong punishment
+    prompts_per_step: int  # training.prompts_per_step
+    group_size: int  # rollout.n: samples per prompt
+    max_new_tokens: int  # rollout.max_new_tokens: where the overlong buffer ends
+    games: bool  # task.name textarena: invalid moves are counted
+    old_logprobs: str  # where a step's old logprobs come from (resolved.old_logprobs_source)
+
+    @classmethod
+    def of(cls, cfg: Config) -> StepSettings:
+        return cls(
+            algorithm=cfg.algorithm,
+            prompts_per_step=cfg.training.prompts_per_step,
+            group_size=cfg.rollout.n,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            games=cfg.task.name == "textarena",
+            old_logprobs=old_logprobs_source(cfg),
+        )
+
+
+@dataclass(frozen=True)
+class HeldOutSettings:
+    """The driver's held-out evaluation (relay_trainer/steps.py): what its episodes' metrics read."""
+
+    task: TaskConfig  # success_threshold and env (accuracy or success rate), name (textarena's moves)
+    tool_calls: bool  # tools.enabled or task.agent: tool calls, errors and turns per episode
+
+    @classmethod
+    def of(cls, cfg: Config) -> HeldOutSettings:
+        return cls(task=cfg.task, tool_calls=cfg.tools.enabled or cfg.task.agent)

@@ -220,6 +220,7 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     from types import SimpleNamespace
 
     from relay.config import load_config
+    from relay.config.role_settings import StepSettings
     from relay.envs.arithmetic import make_rows
     from relay.envs.data import PromptIterator
     from relay_trainer.learner_recovery import NoRecovery
@@ -229,9 +230,9 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     reply = ([], {"rollout/seconds": 0.5, "rollout/tokens": 1.0, "rollout/tokens_per_s": 2.0}, {}, seconds)
     learner = SimpleNamespace(rollout_and_update=SimpleNamespace(remote=lambda *a: "ref"))
     faults = SimpleNamespace(get=lambda ref, handle, what, long: reply, add=lambda counts: None)
-    cfg = load_config(None, [])
+    settings = StepSettings.of(load_config(None, []))
     actors = SimpleNamespace(learner=learner, faults=faults, recovery=NoRecovery())
-    plan = OneCall(cfg, actors, PromptIterator(make_rows(32, 0, 2), 0), None)
+    plan = OneCall(settings, actors, PromptIterator(make_rows(32, 0, 2), 0), None)
     plan.kl_ctl = SimpleNamespace(value=0.0)
     timer = PhaseTimer()
     time.sleep(0.01)
