@@ -1,6 +1,6 @@
 """cluster.local.yaml as docs/cluster.md runs it: `RAY_FAKE_CLUSTER=1 ray start --head
---autoscaling-config=...`, `ray job submit --working-dir . -- python driver.py --config
-configs/local_cluster.yaml`, the autoscaler adding a node of each type the roles are pinned to,
+--autoscaling-config=...`, `ray job submit --working-dir local://<checkout> -- python driver.py
+--config configs/local_cluster.yaml`, the autoscaler adding a node of each type the roles are pinned to,
 and taking them back once they are idle; then the cluster is stopped by its processes
 (scripts/local_cluster.py), never `ray stop`, which would end every Ray on the machine.
 
@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from scripts.local_cluster import cluster_processes, stop
-from tests.e2e.test_ray_job import EXCLUDES, RAY, free_ports, http
+from tests.e2e.test_ray_job import RAY, free_ports, http
 
 pytestmark = pytest.mark.slow  # about 90 s: a head with the dashboard, two added nodes, a job
 
@@ -84,10 +84,13 @@ def get(cluster, path: str):
 
 
 def submit(cluster, submission_id: str, run_args: list[str]) -> None:
-    """`ray job submit --working-dir .` of driver.py on configs/local_cluster.yaml, not waited for."""
+    """`ray job submit --working-dir local://<checkout>` of driver.py on configs/local_cluster.yaml,
+    not waited for. In place, not uploaded: the fake provider's nodes share the head's session
+    folder, and each node's runtime-env agent unpacks an uploaded working dir into the same folder
+    anew (it deletes the folder first), under the workers already importing from it (docs/cluster.md)."""
     job = subprocess.run(
         [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", f"--submission-id={submission_id}",
-         "--working-dir=.", f"--runtime-env-json={json.dumps({'excludes': EXCLUDES})}", "--",
+         f"--working-dir=local://{REPO}", "--",
          "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
         cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
