@@ -78,10 +78,11 @@ def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: Fa
 
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
     started = time.perf_counter()  # the summary's seconds_* say when each held-out result was in
-    run_dir = run_folder(cfg, resume)  # the path; the folder is made once Ray is up and the roles fit
+    run_dir = run_folder(cfg.run, resume)  # the path; the folder is made once Ray is up and the roles fit
     path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
     train_rows, eval_rows = task_rows(cfg)
-    demos = demonstrations(cfg, train_rows) if cfg.sft.steps else []  # read now: a bad row stops nothing started
+    # read now, before any actor starts: a bad demonstration stops nothing started
+    demos = demonstrations(cfg.sft, cfg.task, cfg.tools, train_rows) if cfg.sft.steps else []
     start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None
     if resume and (found := resume_checkpoint(run_dir / "checkpoints", cfg.checkpoint.fallback)):
         ckpt, groups, state = found  # verified against its manifest before any actor starts
@@ -123,7 +124,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             state.setdefault("seconds", {})["before"] = time.perf_counter() - started
         if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
             with phase(f"supervised stage ({cfg.sft.steps} steps)"):
-                supervised_stage(cfg, actors, demos, run_dir)
+                supervised_stage(cfg.sft, actors, demos, run_dir, cfg.run.seed, cfg.logging.console_every)
             recovery.state_unknown()  # trained outside the kept updates: restorable from the next checkpoint
             with phase("held-out evaluation after the supervised stage"):
                 state["eval_after_sft"] = evaluate(held_out, actors, eval_rows)

@@ -93,7 +93,7 @@ class RayPPOTrainer:
             extra["run.name"], extra["run.output_dir"] = self.run_dir.name, str(self.run_dir.parent)
         cfg = self._config(extra)
         if not resume:
-            self.run_dir = run_folder(cfg, resume=False)
+            self.run_dir = run_folder(cfg.run, resume=False)
             cfg = self._config({**extra, "run.name": self.run_dir.name})
         self._note_ray()
         self._ship_user_code()
@@ -208,7 +208,7 @@ class RayPPOTrainer:
         manifest = verify_checkpoint(path)
         step = int(manifest["step"])
         cfg = self._config({})
-        self.run_dir = run_folder(cfg, resume=False)
+        self.run_dir = run_folder(cfg.run, resume=False)
         checkpoints = self.run_dir / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
         shutil.copytree(path, checkpoints / f"step_{step:08d}")

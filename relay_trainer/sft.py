@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relay.config import Config, ConfigError, resolve_dotted
-from relay.config.sft import TASK_DEMONSTRATIONS
+from relay.config import ConfigError, TaskConfig, ToolsConfig, resolve_dotted
+from relay.config.sft import TASK_DEMONSTRATIONS, SftConfig
 from relay.envs import bfcl
 from relay.envs.demonstrations import batches, episode_from_messages, read_demonstrations, tool_call_problem
 from relay.envs.tool_tasks import TOOL_TASKS
@@ -17,12 +17,11 @@ from relay.tools.parsers import get_parser
 from relay_trainer.weights import sync_weights
 
 
-def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
+def demonstrations(s: SftConfig, task: TaskConfig, tools: ToolsConfig, train_rows: list[dict]) -> list[list[dict]]:
     """The conversations sft.steps trains on; ConfigError (one line) for a malformed one. Read
     before any actor starts; with tools, each call must parse with the run's tool parser. A task's
     own are written for the first training rows it needs (sft.num_demonstrations of them if set)."""
-    s = cfg.sft
-    parser = get_parser(cfg.tools.parser) if cfg.tools.enabled else None
+    parser = get_parser(tools.parser) if tools.enabled else None
     if s.data != TASK_DEMONSTRATIONS:
         try:
             conversations = read_demonstrations(s.data, parser)
@@ -30,8 +29,8 @@ def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
             raise ConfigError([str(e)]) from None
         return conversations[: s.num_demonstrations or None]
     rows = train_rows[: s.steps * s.batch_size]
-    task = bfcl if cfg.task.name == "bfcl" else TOOL_TASKS.get(cfg.task.name)  # a module with demonstrations(rows)
-    write = task.demonstrations if task else resolve_dotted(cfg.task.env).demonstrations
+    own = bfcl if task.name == "bfcl" else TOOL_TASKS.get(task.name)  # a module with demonstrations(rows)
+    write = own.demonstrations if own else resolve_dotted(task.env).demonstrations
     conversations = [row["messages"] for row in write(rows)][: s.num_demonstrations or None]
     for n, messages in enumerate(conversations, 1):
         try:
@@ -43,18 +42,20 @@ def demonstrations(cfg: Config, train_rows: list[dict]) -> list[list[dict]]:
     return conversations
 
 
-def supervised_stage(cfg: Config, actors, conversations: list[list[dict]], run_dir: Path) -> None:
+def supervised_stage(
+    s: SftConfig, actors, conversations: list[list[dict]], run_dir: Path, seed: int, console_every: int
+) -> None:
     """sft.steps supervised steps, logged to run_dir/sft_metrics.jsonl (RL's metrics.jsonl counts
-    RL steps alone), then the weight sync."""
-    s = cfg.sft
+    RL steps alone) and every `console_every` steps to the console, then the weight sync. `seed`
+    (run.seed) orders a file's shuffled rows."""
     log = JsonlLogger(run_dir, "sft_metrics.jsonl")
     try:
-        for step, batch in enumerate(batches(conversations, s.batch_size, s.steps, cfg.run.seed), 1):
+        for step, batch in enumerate(batches(conversations, s.batch_size, s.steps, seed), 1):
             samples = actors.rollout[0].encode_conversations.remote(batch)
             update = actors.learner.supervised_update.remote(samples)
             metrics = actors.faults.get(update, actors.learner, "supervised update", long=True)
             log.log(metrics, step)
-            if step == 1 or step % cfg.logging.console_every == 0 or step == s.steps:
+            if step == 1 or step % console_every == 0 or step == s.steps:
                 print(f"sft step {step}/{s.steps} | nll {metrics['sft/nll']:.4f}", flush=True)
     finally:
         log.close()

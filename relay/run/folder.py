@@ -7,17 +7,17 @@ import atexit
 import shutil
 from pathlib import Path
 
-from relay.config import Config, ConfigError, save_resolved
+from relay.config import Config, ConfigError, RunConfig, save_resolved
 
 
-def run_folder(cfg: Config, resume: bool) -> Path:
-    """runs/<name>, not created yet (create_run_folder does that once the run starts).
+def run_folder(run: RunConfig, resume: bool) -> Path:
+    """<run.output_dir>/<run.name>, not created yet (create_run_folder does that once the run starts).
 
     A fresh run never reuses a folder that holds another run's results: it takes `<name>-1`,
     `<name>-2`, ... instead. A folder left by a run that stopped before its first step (nothing
     in it but config.yaml and empty files) is not a result, and is reused.
     """
-    base = Path(cfg.run.output_dir).expanduser() / cfg.run.name
+    base = Path(run.output_dir).expanduser() / run.name
     if resume:
         if not base.is_dir():
             raise ConfigError([f"--resume: there is no run {base} to resume (run.output_dir / run.name)"])

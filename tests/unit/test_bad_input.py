@@ -102,14 +102,14 @@ def test_resume_of_a_missing_run_and_overrides_around_resume(capsys, tmp_path):
 
 def test_a_run_folder_left_before_the_first_step_is_reused(tmp_path):
     cfg = load_config(None, [f"run.output_dir={tmp_path}", "run.name=r"])
-    first = run_folder(cfg, resume=False)
+    first = run_folder(cfg.run, resume=False)
     assert not first.exists()  # a path only: made once the run starts
     create_run_folder(cfg, first)
     (first / "metrics.jsonl").touch()  # the loggers open their files before the first step
-    assert run_folder(cfg, resume=False) == first  # nothing of a run in it: no `r-1`
+    assert run_folder(cfg.run, resume=False) == first  # nothing of a run in it: no `r-1`
     (first / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
-    assert run_folder(cfg, resume=False) == tmp_path / "r-1"
-    assert run_folder(cfg, resume=True) == first
+    assert run_folder(cfg.run, resume=False) == tmp_path / "r-1"
+    assert run_folder(cfg.run, resume=True) == first
     remove_if_unstarted(first)  # at exit: a folder with a run's results stays
     assert first.exists()
     (first / "metrics.jsonl").write_text("")

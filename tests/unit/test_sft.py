@@ -133,3 +133,18 @@ def test_chat_tool_held_out_problems_are_never_trained_on_and_demonstrations_ear
         assert eval(call["arguments"]["code"].removeprefix("print")) == int(row["ground_truth"])
         final = SimpleNamespace(final_text=demo["messages"][-1]["content"], ground_truth=row["ground_truth"])
         assert chat_arithmetic_reward(final) == 1.0
+
+
+def test_a_tasks_demonstrations_answer_its_first_training_rows_up_to_the_budget():
+    """sft.data=task: written for the first sft.steps * sft.batch_size training rows, the first
+    sft.num_demonstrations of them kept, each of its tool calls parsed with the run's tool parser."""
+    from relay.run.rows import task_rows
+    from relay_trainer.sft import demonstrations
+
+    tools = ["task.name=chat_tool", "tools.enabled=true", "tools.parser=hermes"]
+    cfg = load_config(None, [*tools, "sft.steps=2", "sft.batch_size=3", "sft.num_demonstrations=4"])
+    train, _ = task_rows(cfg)
+    conversations = demonstrations(cfg.sft, cfg.task, cfg.tools, train)
+    question = lambda messages: next(m["content"] for m in messages if m["role"] == "user")  # noqa: E731
+    assert [question(c) for c in conversations] == [question(row["messages"]) for row in train[:4]]
+    assert all(CALL.split("print")[0] in c[2]["content"] for c in conversations)  # a hermes call
