@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from relay.config import Config
+from relay.config import ModelConfig
 from relay.config.lora import LoraConfig
 from relay.weights.transfer import full, unique_tensors
 
@@ -208,13 +208,13 @@ def final_folder_writer(model, with_merged: bool, tokenizer, write: bool) -> Lor
 # -- config check against the model ---------------------------------------------------------------
 
 
-def target_module_problem(cfg: Config, path: str) -> str | None:
+def target_module_problem(model: ModelConfig, path: str) -> str | None:
     """None, or one line when model.lora.target_modules match no module of the model at `path`
     (read from its config on the meta device: no weights are loaded), listing its module names."""
-    lora = cfg.model.lora
+    lora = model.lora
     if lora.rank <= 0 or not lora.target_modules or tuple(lora.target_modules) == ("all-linear",):
         return None
-    names = _module_names(path, cfg.model.trust_remote_code)
+    names = _module_names(path, model.trust_remote_code)
     if names is None:
         return None
     matched = {t for t in lora.target_modules for n in names if n == t or n.endswith("." + t)}
@@ -222,8 +222,7 @@ def target_module_problem(cfg: Config, path: str) -> str | None:
         return None
     leaves = sorted({n.rpartition(".")[2] for n in names if n and not n.rpartition(".")[2].isdigit()})
     return (
-        f"model.lora.target_modules: {unmatched} match no module of {cfg.model.path}; "
-        f"its module names: {', '.join(leaves)}"
+        f"model.lora.target_modules: {unmatched} match no module of {model.path}; its module names: {', '.join(leaves)}"
     )
 
 

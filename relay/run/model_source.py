@@ -18,10 +18,10 @@ def resolve_model_path(cfg: Config) -> str:
     path = model_folder(m.path, "model.path", cfg.task.env)
     if not is_named_model(m.path):
         check_model_source(path, "model.path", m.trust_remote_code, tokenizer=m.tokenizer_path is None)
-    if cfg.model.lora.rank:  # LoRA target modules that match nothing: one line now, not in the learner
+    if m.lora.rank:  # LoRA target modules that match nothing: one line now, not in the learner
         from relay.models.lora import target_module_problem
 
-        if problem := target_module_problem(cfg, path):
+        if problem := target_module_problem(m, path):
             raise ConfigError([problem])
     if cfg.model.tokenizer_path is not None:
         tokenizer = model_folder(cfg.model.tokenizer_path, "model.tokenizer_path")  # a GGUF is converted now
