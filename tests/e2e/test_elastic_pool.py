@@ -17,18 +17,8 @@ import time
 
 import pytest
 
-from tests.e2e.test_local_cluster import (  # noqa: F401  (local_cluster: the fixture)
-    HEAD,
-    IDLE_TIMEOUT_S,
-    REPO,
-    active_types,
-    camel,
-    gcs_nodes,
-    get,
-    local_cluster,
-    submit,
-)
-from tests.e2e.test_ray_job import http
+from scripts.local_cluster import HEAD, active_types, camel, gcs_nodes, get, http
+from tests.e2e.test_local_cluster import IDLE_TIMEOUT_S, local_cluster, submit  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow  # about 2-3 minutes: a head with the dashboard, three added nodes, a 40-step job
 
@@ -52,7 +42,7 @@ def test_the_pool_grows_from_one_to_two_workers_as_the_autoscaler_adds_a_node(lo
         assert time.monotonic() < deadline, "the job did not end"
         most = max(most, active_types(cluster).get(ROLLOUT_NODES, 0))
         time.sleep(1)
-    logs = http(f"{cluster['address']}/api/jobs/elastic-pool/logs", cluster["token"])[1]
+    logs = http(f"{cluster.address}/api/jobs/elastic-pool/logs", cluster.token)[1]
     assert status == "SUCCEEDED", logs
     assert "elastic pool: rollout-1 joins (2 rolling out)" in logs["logs"], logs["logs"][-5000:]
 

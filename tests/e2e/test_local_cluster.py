@@ -13,74 +13,29 @@ the GCS node table (/api/v0/nodes, which keeps dead nodes with their start and e
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 
-from scripts.local_cluster import cluster_processes, stop
-from tests.e2e.test_ray_job import RAY, free_ports, http
+from scripts.local_cluster import HEAD, REPO, active_types, camel, cluster_processes, gcs_nodes, get, http, start, stop
+from tests.e2e.test_ray_job import RAY
 
 pytestmark = pytest.mark.slow  # about 90 s: a head with the dashboard, two added nodes, a job
 
-REPO = Path(__file__).resolve().parents[2]
-HEAD = "ray.head.default"
 IDLE_TIMEOUT_S = 12
 
 
 @pytest.fixture
 def local_cluster():
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    gcs, dashboard, client, agent_http, agent_grpc, metrics = free_ports(6)
-    config = yaml.safe_load((REPO / "cluster.local.yaml").read_text())
-    config["provider"]["gcs_address"] = f"127.0.0.1:{gcs}"
-    config["idle_timeout_minutes"] = IDLE_TIMEOUT_S / 60
-    (Path(temp_dir) / "cluster.yaml").write_text(yaml.safe_dump(config))
-    token = uuid.uuid4().hex
-    (Path(temp_dir) / "auth_token").write_text(token)
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-    env.update(
-        RAY_FAKE_CLUSTER="1",
-        AUTOSCALER_UPDATE_INTERVAL_S="1",  # the autoscaler looks every second, not every 5
-        RAY_AUTH_MODE="token",
-        RAY_AUTH_TOKEN_PATH=str(Path(temp_dir) / "auth_token"),
-        RAY_USAGE_STATS_ENABLED="0",
-        PATH=f"{Path(RAY).parent}:{env.get('PATH', '')}",  # the job's `python` is this venv's
-        PYTHONUNBUFFERED="1",
-    )
-    head_cpus = config["available_node_types"][HEAD]["resources"]["CPU"]
-    command = [
-        RAY, "start", "--head", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-        f"--autoscaling-config={temp_dir}/cluster.yaml", f"--num-cpus={head_cpus}", f"--port={gcs}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
-        f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--metrics-export-port={metrics}",
-    ]  # fmt: skip
+    cluster = start(idle_timeout_s=IDLE_TIMEOUT_S)
     try:
-        started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
-        address = f"http://127.0.0.1:{dashboard}"
-        deadline = time.monotonic() + 60
-        while http(f"{address}/api/jobs/", token)[0] != 200:
-            assert time.monotonic() < deadline, "the dashboard did not come up"
-            time.sleep(1)
-        yield {"address": address, "token": token, "env": env, "temp_dir": temp_dir}
+        yield cluster
     finally:
-        stop(temp_dir, grace_s=5)
-        assert not cluster_processes(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def get(cluster, path: str):
-    status, body = http(cluster["address"] + path, cluster["token"])
-    assert status == 200, body
-    return body.get("data", body)  # the state and status APIs wrap their answer in `data`, the jobs API not
+        stop(cluster.temp_dir, grace_s=5)
+        assert not cluster_processes(cluster.temp_dir)
+        shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
 
 def submit(cluster, submission_id: str, run_args: list[str]) -> None:
@@ -89,28 +44,12 @@ def submit(cluster, submission_id: str, run_args: list[str]) -> None:
     folder, and each node's runtime-env agent unpacks an uploaded working dir into the same folder
     anew (it deletes the folder first), under the workers already importing from it (docs/cluster.md)."""
     job = subprocess.run(
-        [RAY, "job", "submit", f"--address={cluster['address']}", "--no-wait", f"--submission-id={submission_id}",
+        [RAY, "job", "submit", f"--address={cluster.address}", "--no-wait", f"--submission-id={submission_id}",
          f"--working-dir=local://{REPO}", "--",
          "python", "driver.py", "--config", "configs/local_cluster.yaml", *run_args],
-        cwd=REPO, env=cluster["env"], capture_output=True, text=True, timeout=120,
+        cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-
-
-def active_types(cluster) -> dict[str, int]:
-    """The autoscaler's own view: node type -> active nodes (what `ray status` prints)."""
-    report = get(cluster, "/api/cluster_status?format=0")["clusterStatus"]["autoscalerReport"]
-    # the dashboard camel-cases every key of the report, node type names too: rollout_worker -> rolloutWorker
-    return {camel(node_type): n for node_type, n in (report["activeNodes"] or {}).items()}
-
-
-def camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(part.title() for part in rest)
-
-
-def gcs_nodes(cluster) -> list[dict]:
-    return get(cluster, "/api/v0/nodes?detail=true&limit=100")["result"]["result"]
 
 
 def test_the_autoscaler_adds_a_node_per_role_type_for_a_job_and_removes_them_when_idle(local_cluster, tmp_path):
@@ -128,7 +67,7 @@ def test_the_autoscaler_adds_a_node_per_role_type_for_a_job_and_removes_them_whe
             seen.setdefault(node_type, (count, time.time() - submitted))
         time.sleep(1)
     ended = time.time()
-    logs = http(f"{cluster['address']}/api/jobs/local-cluster/logs", cluster["token"])[1]
+    logs = http(f"{cluster.address}/api/jobs/local-cluster/logs", cluster.token)[1]
     assert status == "SUCCEEDED", logs
     assert "waiting for the autoscaler to add nodes" in logs["logs"]
     assert [json.loads(line)["step"] for line in (tmp_path / "local-cluster" / "metrics.jsonl").open()] == [1]
