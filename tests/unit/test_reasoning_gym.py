@@ -1,8 +1,9 @@
 """task.name=reasoning_gym: rows from the package's generators, held-out questions never trained
 on, the package's own verifier on the extracted answer, per-dataset metrics in a mix, and each
-bad setting named in one line."""
+bad setting named in one line; the shipped SmolLM2 recipe's mix."""
 
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -125,3 +126,11 @@ def test_a_missing_package_says_which_pip_command(monkeypatch):
     assert p == "task.name: reasoning_gym needs the reasoning-gym package: " + (
         "pip install 'reasoning-gym==0.1.25' (or pip install -e '.[tasks]')"
     )
+
+
+def test_the_shipped_smollm2_recipe_mixes_four_datasets_with_equal_held_out_shares():
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "smol_reasoning_gym.yaml")
+    train, held_out = task_rows(cfg)
+    names = ["ransom_note", "isomorphic_strings", "products", "spell_backward"]
+    assert [sum(r["ground_truth"]["dataset"] == n for r in held_out) for n in names] == [32] * 4
+    assert {r["ground_truth"]["dataset"] for r in train} == set(names) and overlap(train, held_out) is None
