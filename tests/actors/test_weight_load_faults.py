@@ -29,10 +29,7 @@ RUN = "test-weight-load"
 
 
 @pytest.fixture(scope="module")
-def actors():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, namespace="relay-test-weight-load", log_to_driver=False)
+def actors(shared_ray):
     cfg = load_config(
         REPO / "configs/default.yaml",
         [
@@ -53,8 +50,6 @@ def actors():
         sync_weights(actors, version=1)
         actors.faults.take()
         yield actors
-    if started:
-        ray.shutdown()
 
 
 def stop_in_shared_read():
