@@ -111,7 +111,10 @@ def reward_hacking(v: View, c: HealthConfig) -> Check | None:
                 f"since step {point['step']} (health.hacking_reward_rise={c.hacking_reward_rise:g}, "
                 f"{'health.hacking_flat' if allowed == c.hacking_flat else 'health.hacking_fall'}={abs(allowed):g})"
             )
-            # a held-out score at 1 cannot rise: flat there is a solved task, not a hacked reward
+            # a held-out score at 1 cannot rise: flat there, or a slip within hacking_fall (a problem
+            # or two missed), is a solved task, not a hacked reward
+            if point["value"] >= 1.0:
+                allowed = min(allowed, -c.hacking_fall)
             tripped = rise >= c.hacking_reward_rise and change <= allowed and now_eval < 1.0
             checks.append(Check(rise - change, tripped, detail))
         return next((ch for ch in checks if ch.tripped), checks[0])

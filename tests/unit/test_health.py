@@ -163,6 +163,16 @@ def test_reward_hacking_measured_from_the_best_held_out_point_across_a_slow_slid
     assert not run(steps, HealthConfig(window=1), {"eval/accuracy": 0.99})[1]
 
 
+def test_reward_hacking_at_a_solved_held_out_set_needs_a_fall_past_hacking_fall():
+    # held-out solved (1.0) at step 1; the reward keeps rising while one episode in 64 slips:
+    # nothing could rise there, so only a fall of more than hacking_fall (0.02) is a hacked reward
+    steps = [{keys.REWARD_MEAN: 1.1, "eval/accuracy": 1.0}, {keys.REWARD_MEAN: 1.3, "eval/accuracy": 0.984}]
+    assert not run(steps, HealthConfig(window=1), {"eval/accuracy": 0.8})[1]
+    steps[1]["eval/accuracy"] = 0.95
+    outs, lines, _ = run(steps, HealthConfig(window=1), {"eval/accuracy": 0.8})
+    assert fired(outs, "reward_hacking") == [2] and "held-out 1 -> 0.95 since step 1" in lines[0]
+
+
 def test_reward_hacking_against_the_rule_reward():
     # window 2, a reward model: reward mean(0.5, 0.5) - mean(0.1, 0.1) = 0.4 up, the rule reward
     # mean(0.5, 0.4) - mean(0.5, 0.5) = -0.05: it trips at step 4, the first with two windows
