@@ -231,9 +231,12 @@ class ElasticPool:
         extra = next((a for a in self.added if a.handle._actor_id == lost._actor_id and a.state != "gone"), None)
         if extra is None:
             return None
-        extra.state = "gone"  # stays in actors.rollout until the step ends: its shard moves, as any other call to it
+        extra.state = "gone"
         ray.kill(extra.handle)
         remove_placement_group(extra.group)
+        if self.producer is None:  # sync: out of actors.rollout now, or the step's weight sync would wait for it
+            self._leave(extra)  # the step's other calls hold their own workers; shards were split already
+        # (the overlapped modes' producer drains before a worker leaves: resize does it at the step's end)
         lost_ids = {a.handle._actor_id for a in self.added if a.state == "gone"}
         takers = [w for w in self.actors.rollout if w._actor_id not in lost_ids]
         self.moved += 1

@@ -119,6 +119,7 @@ def test_a_lost_added_worker_shard_moves_to_a_live_one_with_its_seed(pool):
     base = pool.actors.rollout[0]
     assert pool.pool.reroute(base) is None  # the first min workers: Ray restarts them
     assert pool.pool.reroute(handle) == (base, 1)
+    assert pool.actors.rollout == [base]  # at once: the step's weight sync after the update must not wait for it
     pool.pool.resize({keys.ROLLOUT_S: 4.0, keys.STEP_S: 10.0})
     assert pool.actors.rollout == [base]
 
