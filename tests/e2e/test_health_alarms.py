@@ -1,29 +1,18 @@
-"""The health monitor on a real `python driver.py`: an lr that collapses the default task's policy
-(reward 0.83 -> 0 at step 2, every response at the token cap) prints `relay: health:` lines at
-step 2, logs them, and with health.stop_on stops after a checkpoint with the resume command.
-About 20 s on a quiet 2-core machine."""
+"""The health monitor on `python driver.py`'s entry point (driver.main, in this process, on the
+tests' shared local Ray): an lr that collapses the default task's policy (reward 0.83 -> 0 at
+step 2, every response at the token cap) prints `relay: health:` lines at step 2, logs them, and
+with health.stop_on stops after a checkpoint with the resume command and exit status 1.
+tests/e2e/test_stop.py stops real driver processes."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-from tests.e2e.test_ray_job import processes_naming
-
-REPO = Path(__file__).resolve().parents[2]
+import driver
 
 
-def test_a_collapsing_lr_raises_alarms_and_stop_on_stops_after_a_checkpoint(tmp_path):
-    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # its own local Ray (short: unix socket paths)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+def test_a_collapsing_lr_raises_alarms_and_stop_on_stops_after_a_checkpoint(tmp_path, ray_session, capsys):
     argv = [
         "training.lr=3e-2",
         "training.steps=6",
@@ -32,19 +21,10 @@ def test_a_collapsing_lr_raises_alarms_and_stop_on_stops_after_a_checkpoint(tmp_
         "run.name=collapse",
         "checkpoint.save_hf_model=false",
     ]
-    try:
-        proc = subprocess.run(
-            [sys.executable, "driver.py", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=400
-        )
-    finally:
-        for pid in processes_naming(ray_tmp):  # anything of the local Ray the driver left
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+    status = driver.main(argv)
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert status == 1, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     alarms = [line for line in out.splitlines() if line.startswith("relay: health: step ")]
     assert {line.split(":")[3].strip() for line in alarms} >= {"reward_collapse", "entropy_collapse"}, out[-3000:]

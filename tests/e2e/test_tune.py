@@ -8,8 +8,6 @@ into placement groups of their own: the test checks that none was made.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,19 +56,6 @@ def test_sweep_file_problems_are_listed_together(tmp_path):
         assert fragment in text
 
 
-@pytest.fixture
-def ray_session():
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    # 6 logical CPUs: both trials (2.75 each) at once; their start-ups (process spawns, imports,
-    # model loads) overlap even on 2 cores.
-    ray.init(num_cpus=6, include_dashboard=False, _temp_dir=temp_dir, namespace="relay")
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
 def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")  # what run_sweep sets; kept out of later tests
     sweep_file = tmp_path / "sweep.yaml"
@@ -94,6 +79,7 @@ def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys,
             }
         )
     )
+    earlier_groups = set(ray.util.placement_group_table())  # the shared Ray's, from other files' runs
     assert tune.main([str(sweep_file)]) == 0
 
     sweep_dir = tmp_path / "tune" / "two-trials"
@@ -115,5 +101,6 @@ def test_two_trial_sweep_reports_the_better_trial(ray_session, tmp_path, capsys,
     assert "best trial: training.lr=" in out and "two-trials" in out
 
     # create_group used the trials' placement groups: it made no group of its own.
-    names = [pg["name"] for pg in ray.util.placement_group_table().values()]
+    names = [pg["name"] for pg_id, pg in ray.util.placement_group_table().items() if pg_id not in earlier_groups]
+    assert names, "the trials' placement groups are in the table"
     assert not [n for n in names if n.endswith(("/rollout", "/learner", "/env"))], names
