@@ -133,7 +133,7 @@ def test_broadcast_weight_sync_crosses_nodes(cluster, tiny_model_path):
     """The gloo group across two raylets: the store listens on the learner node's address (not
     loopback, not every interface) and the worker on the other node gets every tensor exactly."""
     from relay.config import Config, ModelConfig, ResourcesConfig
-    from tests.actors.test_weight_sync import check_sync
+    from tests.weight_checks import check_sync
 
     res = ResourcesConfig(
         learner=RoleResources(cpus=1, node_resource="learner_node"),

@@ -4,20 +4,23 @@ import json
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 
 import driver
 from relay.checkpoint.atomic import save_checkpoint
 from relay.checkpoint.manifest import CheckpointCorruptError
 from relay.config import load_config
+from relay.run import metric_keys as keys
+from tests.weight_checks import check_workers, perturb, weight_address
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["logging.console=false", "checkpoint.save_hf_model=false"]
 
 
-def run(tmp_path, config="default", overrides=(), resume=False):
+def run(tmp_path, config="default", overrides=(), resume=False, report=None):
     cfg = load_config(REPO / f"configs/{config}.yaml", [f"run.output_dir={tmp_path}", *QUIET, *overrides])
-    return driver.train(cfg, resume=resume)
+    return driver.train(cfg, resume=resume, report=report)
 
 
 def metrics(run_dir) -> dict[int, dict]:
@@ -28,41 +31,50 @@ def test_default_training_raises_heldout_accuracy(tmp_path, ray_session):
     summary = run(tmp_path, overrides=["checkpoint.every=0"])  # exactly what `python driver.py` runs
     print(summary)
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.1
-    first = metrics(summary["run_dir"])[1]
-    # Step-0 agreement through the actors: engine logprobs vs the learner's, same tokens.
-    assert first["rollout/logprob_diff_max"] < 1e-3
-    assert (Path(summary["run_dir"]) / "config.yaml").exists()
+    # The default layout on one node: one actor is learner and rollout worker (actors/colocated.py),
+    # the layout tests/e2e/test_colocate.py leaves to this run.
+    assert load_config(Path(summary["run_dir"]) / "config.yaml").resources.colocate is True
+    for step, m in metrics(summary["run_dir"]).items():
+        for key in (keys.ROLLOUT_S, "time/update_s", keys.SYNC_S, keys.STEP_S):
+            assert m[key] > 0, (step, key)  # the actor times the rollout and the update, the driver the rest
+        assert "time/reference_s" not in m  # one call a step: nothing runs between the rollout and the update
+        assert m[keys.LEARNER_UPDATE_S] > 0 and m[keys.TOKENS_PER_S] > 0  # and the actor its two parts
+        assert m[keys.REWARD_S] > 0  # scoring, inside the actor
+        assert m[keys.WEIGHTS_VERSION] == step and m[keys.STALENESS] == 0
+        # engine logprobs vs the learner's, same tokens: the engine generates from the trained module
+        # itself, so there is no copy to drift from
+        assert m["rollout/logprob_diff_max"] < 1e-4, step
     samples = sorted(p.name for p in (Path(summary["run_dir"]) / "samples").iterdir())  # logging.samples_every=10
     assert samples == ["step_000001.txt", *(f"step_{s:06d}.txt" for s in range(10, 61, 10))]
 
 
 def test_resume_continues_exactly_and_names_a_corrupt_file(tmp_path, ray_session):
+    """The default layout (one colocated actor: learner and rollout worker). Steps 3-4 run twice:
+    straight through, then again from the step-2 checkpoint once the newest one is found corrupt."""
     small = [
         "training.prompts_per_step=4",
         "rollout.n=4",
         "task.num_eval_rows=4",
         "checkpoint.every=2",
         "training.steps=4",
+        "run.name=full",
+        "resources.colocate=true",  # the default here, named: tests/e2e/test_colocate.py counts on this test
     ]
-    full = run(tmp_path, overrides=[*small, "run.name=full"])
-    run(tmp_path, overrides=[*small, "run.name=part", "training.steps=2"])
-    resumed = run(tmp_path, overrides=[*small, "run.name=part"], resume=True)
-    a, b = metrics(full["run_dir"]), metrics(resumed["run_dir"])
-    for step in (3, 4):
-        for key in ("actor/loss", "actor/pg_loss", "actor/grad_norm", "reward/mean", "response/length_mean"):
-            assert a[step][key] == b[step][key], (step, key, a[step][key], b[step][key])
-    victim = Path(resumed["run_dir"]) / "checkpoints" / "step_00000004" / "policy.safetensors"
+    full = run(tmp_path, overrides=small)
+    victim = Path(full["run_dir"]) / "checkpoints" / "step_00000004" / "policy.safetensors"
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match="policy.safetensors"):
-        run(tmp_path, overrides=[*small, "run.name=part"], resume=True)
+        run(tmp_path, overrides=small, resume=True)
     # checkpoint.fallback=true: resumes from step 2 (the newest that verifies) and repeats steps 3-4 exactly.
-    again = run(tmp_path, overrides=[*small, "run.name=part", "checkpoint.fallback=true"], resume=True)
-    c = metrics(again["run_dir"])  # the last record of each step: the fallback run's
+    run(tmp_path, overrides=[*small, "checkpoint.fallback=true"], resume=True)
+    records = [json.loads(line) for line in (Path(full["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in records] == [1, 2, 3, 4, 3, 4]
     for step in (3, 4):
-        for key in ("actor/loss", "actor/grad_norm", "reward/mean"):
-            assert a[step][key] == c[step][key], (step, key, a[step][key], c[step][key])
+        first, again = [m for m in records if m["step"] == step]
+        for key in ("actor/loss", "actor/pg_loss", "actor/grad_norm", "reward/mean", "response/length_mean"):
+            assert first[key] == again[key], (step, key, first[key], again[key])
     assert (victim.parent.parent / "corrupt-step_00000004").is_dir()
 
 
@@ -110,11 +122,29 @@ def test_vllm_engine_trains(tmp_path, ray_session):
     assert metrics(summary["run_dir"])[1]["rollout/logprob_diff_max"] < 1e-3
 
 
+def synced_weights_hook(run_name: str, workers: int, address: str | None):
+    """A report hook of a run on HF engines: after each step's weight sync every rollout worker holds
+    the learner's weights bit for bit, tied weights still tied, at the step's version; after step 1
+    it moves every learner tensor a little (an update may leave some alone), so the next sync must
+    carry each of them. The broadcast group's store listens on `address` (None: no group)."""
+
+    def report(step, _):
+        learner = ray.get_actor(f"{run_name}/learner-0", namespace="relay")
+        rollout = [ray.get_actor(f"{run_name}/rollout-{i}", namespace="relay") for i in range(workers)]
+        assert weight_address(learner) == address
+        check_workers(learner, rollout, version=step)
+        if step == 1:  # both runs alike, so that their numbers can still be compared
+            perturb(learner, seed=0, scale=1e-5)
+
+    return report
+
+
 # vllm in the slow tier: test_vllm_engine_trains covers vLLM's weight loads in the default one
 @pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
 def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engine):
     """Learner -> 2 rollout workers through the gloo broadcast group gives the same run, number for
-    number, as the object store: every worker got every tensor bit-exactly, every step."""
+    number, as the object store: every worker got every tensor bit-exactly, every step (checked on
+    the actors after each sync with HF engines; on one node the group listens on loopback only)."""
     if engine == "vllm":
         pytest.importorskip("vllm")
     small = [
@@ -126,16 +156,15 @@ def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engin
         "resources.rollout.count=2",
         f"rollout.engine={engine}",
     ]
-    store = run(tmp_path, overrides=[*small, "run.name=store", "resources.weight_sync=object_store"])
+
+    def run_with_checks(name: str, overrides: list[str], address: str | None) -> dict:
+        report = synced_weights_hook(name, 2, address) if engine == "hf" else None
+        return run(tmp_path, overrides=[*small, f"run.name={name}", *overrides], report=report)
+
+    store = run_with_checks("store", ["resources.weight_sync=object_store"], None)
     # Engines also sleep after each rollout here (a no-op on CPU: the driver's path is what runs).
-    broadcast = run(
-        tmp_path,
-        overrides=[
-            *small,
-            "run.name=broadcast",
-            "resources.weight_sync=broadcast",
-            "rollout.sleep_while_training=true",
-        ],
+    broadcast = run_with_checks(
+        "broadcast", ["resources.weight_sync=broadcast", "rollout.sleep_while_training=true"], "127.0.0.1"
     )
     a, b = metrics(store["run_dir"]), metrics(broadcast["run_dir"])
     for step in (1, 2, 3):

@@ -12,7 +12,7 @@ import ray
 import torch
 
 from relay.config import Config, ModelConfig, ResourcesConfig, RoleResources
-from tests.actors.test_weight_sync import check_sync
+from tests.weight_checks import check_sync
 
 pytestmark = pytest.mark.gpu
 

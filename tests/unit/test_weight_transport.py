@@ -1,5 +1,5 @@
 """Weight-sync encodings (relay/weights/transfer.py): the object-store payload, and the broadcast group
-with the gloo backend in plain processes."""
+with the gloo backend in plain processes; and which transport `auto` picks (relay_trainer/weights.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import multiprocessing as mp
 
 import torch
 
+from relay.config import ResourcesConfig, RoleResources
 from relay.weights.transfer import BroadcastPlan, WeightGroup, WeightPayload, listen
 
 SECRET = b"relay-test-secret-0123456789abcdef"  # a run draws its own (relay_trainer/weights.py)
@@ -89,3 +90,17 @@ def test_object_store_payload_round_trips_every_dtype_and_keeps_ties():
     assert got.keys() == sd.keys()
     assert all(got[k].dtype == t.dtype and torch.equal(got[k], t) for k, t in sd.items())
     assert got["lm_head.weight"] is got["embed.weight"]
+
+
+def test_auto_picks_broadcast_only_between_whole_gpus():
+    from relay_trainer.weights import broadcast_backend, uses_broadcast
+
+    def res(learner_gpus, rollout_gpus, sync="auto"):
+        return ResourcesConfig(
+            learner=RoleResources(gpus=learner_gpus), rollout=RoleResources(gpus=rollout_gpus), weight_sync=sync
+        )
+
+    assert not uses_broadcast(res(0, 0)) and not uses_broadcast(res(0.5, 0.5)) and not uses_broadcast(res(1, 0))
+    assert uses_broadcast(res(1, 1)) and broadcast_backend(res(1, 1)) == "nccl"
+    assert uses_broadcast(res(0.5, 0.5, "broadcast")) and broadcast_backend(res(0.5, 0.5)) == "gloo"
+    assert not uses_broadcast(res(1, 1, "object_store"))
