@@ -179,7 +179,7 @@ class Supervisor:
         """Wait for the replacement (a ping that queues behind its constructor), then rebuild its state;
         or, for work that can move, send it to another actor."""
         if call.move is not None and call.move():
-            self.log(f"relay: fault: {call.what}: actor {why}; it left the pool, redoing its work on another")
+            self.log(f"relay: fault: {call.what}: actor {why}; it left the pool" + (", its work moved" if call.shard else ""))
             return
         if not wait_restarted(call.actor, self.rollout_timeout_s):
             raise ActorLost(f"{call.what}: the actor is gone ({why}, and no replacement answered)")

@@ -213,13 +213,25 @@ def _load_call(faults, i: int, worker, shared: bool, written, version: int) -> C
         weights = faults.weights[0]
         return worker.update_weights.remote(weights() if callable(weights) else weights, version)
 
-    return Call(
+    call = Call(
         worker,
         submit,
         f"rollout-{i} {'shared-memory ' if shared else ''}weight load",
         on_restart=lambda: faults.restarted_workers.add(worker._actor_id),
         valid=lambda seconds: seconds is not None,
     )
+    call.move = lambda: _left_the_pool(faults, call)
+    return call
+
+
+def _left_the_pool(faults, call: Call) -> bool:
+    """An elastic pool's added worker lost under its load leaves the pool (Supervisor.reroute drops
+    it, relay_trainer/elastic.py) instead of being waited for: out of the pool it needs no weights,
+    so its load is done. The first min workers (reroute None) are waited for, as always."""
+    if faults.reroute is None or faults.reroute(call.actor) is None:
+        return False
+    call.submit = lambda: ray.put(0.0)  # a load's answer: its seconds
+    return True
 
 
 def start_weight_sync(actors, version: int) -> tuple[list, list]:

@@ -136,6 +136,17 @@ def test_the_supervisor_moves_a_shard_with_the_lost_workers_seed_index():
     assert not faults._move(Call(taker, lambda: None, "rollout-0"), 0, submit)
 
 
+def test_an_added_worker_lost_under_its_weight_load_leaves_the_pool_instead_of_being_waited_for():
+    from relay_trainer.weights import _load_call
+
+    faults, lost, first = Supervisor(1.0), Handle(), Handle()
+    faults.reroute = lambda actor: (first, 1) if actor is lost else None  # the elastic pool's answer
+    call = _load_call(faults, 1, lost, False, None, version=3)
+    submit = call.submit
+    assert call.move() and call.submit is not submit  # done: out of the pool it needs no weights
+    assert not _load_call(faults, 0, first, False, None, version=3).move()  # the first min: Ray restarts it
+
+
 def test_a_plain_count_is_a_fixed_pool():
     cfg = load_config(None, ["resources.rollout.count=2", "resources.colocate=false"])
     with elastic.rollout_pool(cfg, SimpleNamespace(), "run") as fixed:
