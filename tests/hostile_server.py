@@ -22,8 +22,10 @@ OK, WHY = sandbox_available()
 
 SECRET_NAME = "RELAY_TEST_SECRET"
 SECRET = "s3cr3t-" + secrets.token_hex(8)
+# A hostile run is stopped at these limits, and a dozen runs here wait them out (a loop, a sleep, a
+# fork bomb): seconds each. A normal run here takes well under 0.5 s, output floods and full disks too.
 LIMITS = dict(
-    wall_timeout_s=3, cpu_seconds=2, memory_mb=128, max_pids=16, tmpfs_mb=8, file_size_mb=4, max_output_bytes=64 * 1024
+    wall_timeout_s=2, cpu_seconds=1, memory_mb=128, max_pids=16, tmpfs_mb=8, file_size_mb=4, max_output_bytes=64 * 1024
 )
 SLOTS = 4
 
