@@ -110,6 +110,8 @@ def start(config: dict | None = None, idle_timeout_s: float | None = None) -> Lo
         RAY_AUTH_TOKEN_PATH=str(Path(temp_dir) / "auth_token"),
         RAY_USAGE_STATS_ENABLED="0",
         PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",  # a job's `python` is this venv's
+        # the autoscaler can import a provider from this checkout (scripts/local_provider.py)
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
         PYTHONUNBUFFERED="1",
     )
     head_cpus = config["available_node_types"][HEAD]["resources"]["CPU"]
