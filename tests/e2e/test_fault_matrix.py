@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks import fault_matrix
 from benchmarks.fault_matrix import Cell, all_cells, judged_cell
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -38,7 +39,9 @@ def test_the_sample_crosses_every_kind_mode_and_layout():
 
 
 @pytest.mark.parametrize("cell", SAMPLE, ids=lambda c: c.name)
-def test_a_sampled_cell_survives(cell, tmp_path):
+def test_a_sampled_cell_survives(cell, tmp_path, monkeypatch):
+    # the hang is found at the call deadline: 4 s, still far above a healthy call of the tiny model
+    monkeypatch.setattr(fault_matrix, "CALL_TIMEOUT_S", 4.0)
     check(cell, tmp_path)
 
 
