@@ -131,7 +131,7 @@ class Pacer:
     that worker is up, so that it joins at the same step in both runs: their pools then match step
     for step until a kill, and so do their seeds and rewards. Then the disturbed run's kills, each
     armed from the step metrics and fired a while into the next step, inside its rollout (a third
-    of the last step's rollout seconds):
+    of the median step's rollout seconds):
       1. (with env_kill) once the added worker has rolled out a step: the environment pool's node;
       2. after that step (or, without env_kill, the same condition): the added worker's node."""
 
