@@ -91,7 +91,7 @@ class LocalCluster:
 def start(config: dict | None = None, idle_timeout_s: float | None = None) -> LocalCluster:
     """A head with the autoscaler of `config` (cluster.local.yaml's, as a dict: default the file),
     on free ports, in its own short temp folder, with its own token; back once the dashboard
-    answers. Stop it with `stop(cluster.temp_dir)`. Another Ray may hold Ray's default ports and
+    answers and the autoscaler has reported. Stop it with `stop(cluster.temp_dir)`. Another Ray may hold Ray's default ports and
     ~/.ray/auth_token, so neither is used."""
     config = config or yaml.safe_load((REPO / "cluster.local.yaml").read_text())
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
@@ -132,10 +132,21 @@ def start(config: dict | None = None, idle_timeout_s: float | None = None) -> Lo
             if time.monotonic() > deadline:
                 raise RuntimeError("ray start --head: the dashboard did not come up within 60 s")
             time.sleep(1)
+        # the dashboard answers before the autoscaler's first report is in (its status has no
+        # autoscalerReport yet): up means both
+        while not autoscaler_reported(cluster):
+            if time.monotonic() > deadline:
+                raise RuntimeError("ray start --head: the autoscaler did not report within 60 s")
+            time.sleep(1)
     except BaseException:
         stop(temp_dir, grace_s=5)
         raise
     return cluster
+
+
+def autoscaler_reported(cluster: LocalCluster) -> bool:
+    status, body = http(f"{cluster.address}/api/cluster_status?format=0", cluster.token)
+    return status == 200 and isinstance(body, dict) and "autoscalerReport" in body.get("data", {}).get("clusterStatus", {})
 
 
 def free_ports(n: int) -> list[int]:
