@@ -53,9 +53,10 @@ def lost_and_duplicated(episodes: list[StepEpisodes], prompts_per_step: int, n: 
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl, one dict per step; a step logged twice (a late evaluation) keeps its last record."""
-    by_step: dict[int, dict] = {}
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+    """metrics.jsonl, one dict per step; a step logged twice (a late evaluation) keeps its last record.
+    None at all: a run that stopped before its first step."""
+    path, by_step = Path(run_dir) / "metrics.jsonl", {}
+    for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
         by_step[record["step"]] = record
     return [by_step[s] for s in sorted(by_step)]
