@@ -16,17 +16,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+
+from scripts.local_cluster import free_ports, http
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -38,33 +37,6 @@ RUN_ARGS = [
     "checkpoint.save_hf_model=false",
     "run.name=job",
 ]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def http(url: str, token: str | None = None) -> tuple[int, dict | str]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = response.read().decode()
-            status = response.status
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as e:  # not listening yet
-        return 0, str(e)
-    try:
-        return status, json.loads(body)
-    except json.JSONDecodeError:
-        return status, body
 
 
 def processes_naming(text: str) -> list[int]:
