@@ -35,7 +35,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smol_bfcl.yaml"
 def score(engine: HFEngine, category: str, model: str, rows: int) -> dict[str, float]:
     overrides = [f"model.path={model}", f"task.categories=[{category}]", f"task.num_eval_rows={rows}"]
     cfg = load_config(CONFIG, [*overrides, "task.num_train_rows=1"])
-    held_out = task_rows(cfg)[1]
+    held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
     loop = AgentLoop(
         engine, engine.tokenizer, AgentLimits.of(cfg.rollout, cfg.tools), prompt_format=cfg.task.prompt_format
     )
@@ -58,7 +58,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(CONFIG, [f"model.path={args.model}"])
-    engine = HFEngine(resolve_model_path(cfg), attn_implementation=cfg.model.attn_implementation)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    engine = HFEngine(path, attn_implementation=cfg.model.attn_implementation)
     print(f"model {args.model}, {args.rows} held-out rows per category, greedy, tools.parser={cfg.tools.parser}")
     for category in args.categories:
         r = score(engine, category, args.model, args.rows)

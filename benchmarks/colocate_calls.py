@@ -63,8 +63,9 @@ def main() -> None:
             self.update(trainable(samples), kl_coef=0.0)
             return time.perf_counter() - start
 
-    worker = TimedColocatedWorker.remote(ColocatedSettings.of(cfg), resolve_model_path(cfg), 1)
-    prompts = PromptIterator(task_rows(cfg)[0], cfg.run.seed)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    worker = TimedColocatedWorker.remote(ColocatedSettings.of(cfg), path, 1)
+    prompts = PromptIterator(task_rows(cfg.task, cfg.tools, cfg.run.seed)[0], cfg.run.seed)
 
     def two_calls(step: int) -> float:
         samples, _, rolled = ray.get(worker.timed_rollout.remote(prompts.take(a.prompts), step))

@@ -40,7 +40,8 @@ def main() -> None:
     torch.set_num_threads(1)
     overrides = [f"training.prompts_per_step={a.prompts}", "rollout.max_new_tokens=8", *a.overrides]
     cfg = load_config(None, [*overrides, "resources.colocate=true"])
-    path, rows = resolve_model_path(cfg), task_rows(cfg)[0]
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0]
     colocated = ColocatedWorker(ColocatedSettings.of(cfg), path, 1)
     worker, learner = RolloutWorker(RolloutSettings.of(cfg), path, 0, 1), Learner(PolicySettings.of(cfg), path, 1)
     prompts = {"colocated": PromptIterator(rows, 0), "separate": PromptIterator(rows, 0)}

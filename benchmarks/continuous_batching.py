@@ -92,8 +92,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(REPO / "configs/textgame.yaml", [])
-    engine = make_engine(EngineSettings.of(cfg), resolve_model_path(cfg))
-    rows, _ = task_rows(cfg)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    engine = make_engine(EngineSettings.of(cfg), path)
+    rows, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     results: dict[int, list[dict]] = {cap: [] for cap in args.caps}
     one_call(cfg, engine, rows[: args.rows], args.caps[0], seed=0)  # warm-up
     for k in range(args.repeats):

@@ -55,7 +55,8 @@ def model_folder() -> Path:
     """The recipe's model as relay loads it: the folder converted once from the GGUF file."""
     from relay.run.model_source import resolve_model_path
 
-    return Path(resolve_model_path(recipe(0)))
+    cfg = recipe(0)
+    return Path(resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model))
 
 
 def write_rows(seed: int) -> tuple[Path, list[dict]]:
@@ -64,7 +65,7 @@ def write_rows(seed: int) -> tuple[Path, list[dict]]:
     from relay.run.rows import task_rows
 
     cfg = recipe(seed)
-    train_rows, held_out = task_rows(cfg)
+    train_rows, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     order = PromptIterator(train_rows, seed).take(cfg.training.steps * cfg.training.prompts_per_step)
     path = CACHE / f"order-seed{seed}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,7 @@ def trainer(folder: str, template: str | None, steps: int, out: str):
 
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_config(str(REPO / "configs" / "smol_tool.yaml"), ["run.seed=0"])
-    rows, _ = task_rows(cfg)
+    rows, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     t, r = cfg.training, cfg.rollout
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     if template is not None:
@@ -119,7 +119,8 @@ def main() -> int:
     from relay.config import load_config
     from relay.run.model_source import resolve_model_path
 
-    folder = resolve_model_path(load_config(str(REPO / "configs" / "smol_tool.yaml"), []))
+    cfg = load_config(str(REPO / "configs" / "smol_tool.yaml"), [])
+    folder = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
     attempt("SmolLM2's own template", folder, None, a.steps)
     attempt("SmolLM2 with TRL's Qwen2.5 template", folder, templates.qwen2_5_chat_template, a.steps)
     return 0

@@ -33,7 +33,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     cfg = load_config(None, a.overrides)
-    path, rows = resolve_model_path(cfg), task_rows(cfg)[0]
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0]
     worker, prompts = RolloutWorker(RolloutSettings.of(cfg), path, 0, 1), PromptIterator(rows, 0)
     rollout_s, check_s, n = [], [], 0
     for step in range(a.steps):

@@ -75,10 +75,11 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(REPO / "configs/default.yaml", [])
-    shared = make_engine(EngineSettings.of(cfg), resolve_model_path(cfg))
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    shared = make_engine(EngineSettings.of(cfg), path)
     engines = {"shared": shared, "unshared": HFEngine.sharing(shared.model, shared.tokenizer, share_prefill=False)}
     fmt = ChatFormat(shared.tokenizer, prompt_format=cfg.task.prompt_format)
-    rows, _ = task_rows(cfg)
+    rows, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     r, per_step = cfg.rollout, cfg.training.prompts_per_step
     need = max(per_step, args.large_prompts) * args.rounds
     prompts = [fmt.prompt_ids(row_messages(row, cfg.task.system_prompt)) for row in (rows * need)[:need]]

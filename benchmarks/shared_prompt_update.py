@@ -68,10 +68,10 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, [])
-    path = resolve_model_path(cfg)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
     tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
     model = load_model(path, "float32", cfg.model.trust_remote_code).eval()  # the learner's: dropout off
-    rows, _ = task_rows(cfg)
+    rows, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     per_step, micro = cfg.training.prompts_per_step, cfg.training.micro_batch_size
     seconds: dict[str, list[float]] = {"full": [], "shared": []}
     largest = 0.0

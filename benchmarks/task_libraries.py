@@ -81,7 +81,7 @@ def dataset_overrides(name: str, args: dict, model: str, rows: int) -> list[str]
 
 def score_dataset(engine: HFEngine, name: str, args: dict, model: str, rows: int, show: int) -> dict[str, float]:
     cfg = load_config(CONFIG, dataset_overrides(name, args, model, rows))
-    held_out = task_rows(cfg)[1]
+    held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
     loop = AgentLoop(
         engine, engine.tokenizer, AgentLimits.of(cfg.rollout, cfg.tools), prompt_format=cfg.task.prompt_format
     )
@@ -110,7 +110,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(CONFIG, [f"model.path={args.model}"])
-    engine = HFEngine(resolve_model_path(cfg), attn_implementation=cfg.model.attn_implementation)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    engine = HFEngine(path, attn_implementation=cfg.model.attn_implementation)
     chosen = set(args.names)
     total = time.perf_counter()
     print(f"model {args.model}, {args.rows} held-out rows each, greedy, {args.threads} torch thread(s)")

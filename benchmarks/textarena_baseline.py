@@ -59,7 +59,7 @@ def game_overrides(game: str) -> list[str]:
 
 def play(engine: HFEngine, game: str, model: str, episodes: int) -> dict[str, float]:
     cfg = load_config(CONFIG, [f"model.path={model}", f"task.num_eval_rows={episodes}", *game_overrides(game)])
-    held_out = task_rows(cfg)[1]
+    held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
     envs = EnvRunner(EnvMaker(TextArenaEnv, cfg.task.env_config))
     loop = AgentLoop(
         engine,
@@ -91,7 +91,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config(CONFIG, [f"model.path={args.model}"])
-    engine = HFEngine(resolve_model_path(cfg), attn_implementation=cfg.model.attn_implementation)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    engine = HFEngine(path, attn_implementation=cfg.model.attn_implementation)
     print(f"model {args.model}, {args.episodes} held-out games each, greedy")
     for game in args.games:
         r = play(engine, game, args.model, args.episodes)

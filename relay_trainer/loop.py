@@ -79,8 +79,9 @@ def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: Fa
 def train(cfg: Config, resume: bool = False, report=None) -> dict:
     started = time.perf_counter()  # the summary's seconds_* say when each held-out result was in
     run_dir = run_folder(cfg.run, resume)  # the path; the folder is made once Ray is up and the roles fit
-    path = resolve_model_path(cfg)  # `tiny`: a model shipped in the repository; else checked here
-    train_rows, eval_rows = task_rows(cfg)
+    # `tiny`: a model shipped in the repository; else checked here, with the critic's and reward model's
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    train_rows, eval_rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     # read now, before any actor starts: a bad demonstration stops nothing started
     demos = demonstrations(cfg.sft, cfg.task, cfg.tools, train_rows) if cfg.sft.steps else []
     start_step, state, groups = 0, {"rewards": [], "eval_before": None}, None

@@ -158,7 +158,7 @@ class RayPPOTrainer:
             return 1
         from relay.run.rows import task_rows
 
-        return max(1, len(task_rows(cfg)[0]) // cfg.training.prompts_per_step)
+        return max(1, len(task_rows(cfg.task, cfg.tools, cfg.run.seed)[0]) // cfg.training.prompts_per_step)
 
     def _ship_user_code(self) -> None:
         """Pickle the user's environment and reward modules by value. Ray's workers import a module

@@ -20,18 +20,17 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-from relay.config import Config, ConfigError
+from relay.config import ConfigError, ModelConfig, TaskConfig, ToolsConfig
 from relay.models.cache import cache_dir, file_sha256
 
 # Weights play no part in the verdict; everything else in the folder may shape the tokenizer or its template.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5")
 
 
-def check_template_drift(cfg: Config, model_path: str) -> None:
+def check_template_drift(m: ModelConfig, task: TaskConfig, tools: ToolsConfig, model_path: str) -> None:
     """Raise ConfigError when a multi-turn run's chat template drifts from relay's token layout.
     `model_path`: the resolved model.path (relay/models/resolve.py)."""
-    m = cfg.model
-    if m.allow_template_drift or cfg.task.prompt_format == "raw" or not (cfg.tools.enabled or cfg.task.env):
+    if m.allow_template_drift or task.prompt_format == "raw" or not (tools.enabled or task.env):
         return
     from relay.models.resolve import model_folder
 

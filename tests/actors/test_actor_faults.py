@@ -49,7 +49,8 @@ def actors(shared_ray):
             f"resources.rollout_timeout_s={ROLLOUT_TIMEOUT_S}",
         ],
     )
-    with actor_pools(cfg, resolve_model_path(cfg), "test-faults") as actors:
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    with actor_pools(cfg, path, "test-faults") as actors:
         sync_weights(actors, version=1)
         yield actors
 

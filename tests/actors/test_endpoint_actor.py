@@ -29,7 +29,8 @@ def local_run(tmp_path_factory):
     assert cfg.resources.max_restarts > 0
     connect(cfg)  # no Ray is up here: relay starts its own, as `python driver.py` does
     try:
-        with actor_pools(cfg, resolve_model_path(cfg), "endpoint") as actors:
+        path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+        with actor_pools(cfg, path, "endpoint") as actors:
             yield actors
     finally:
         ray.shutdown()

@@ -40,7 +40,7 @@ def start(cfg, run_name, tools=True):
     groups = []
     executors = create_tool_executors(cfg, run_name, groups) if tools else []
     env = create_group(EnvPool, "env", cfg.resources.env, run_name, lambda i: (cfg.task,), groups)
-    path = resolve_model_path(cfg)
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
     [worker] = create_group(
         RolloutWorker,
         "rollout",

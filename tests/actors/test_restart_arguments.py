@@ -34,9 +34,11 @@ def test_tool_task_actors_start_without_arguments_in_the_object_store(capfd):
         ["rollout.n=2", "tools.executors.cpus=0.1", "resources.env.cpus=0.1", "resources.rollout.cpus=0.5"],
     )
     assert cfg.resources.max_restarts > 0  # restartable: where Ray checks the arguments
-    with actor_pools(cfg, resolve_model_path(cfg), "restart-args") as actors:
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    with actor_pools(cfg, path, "restart-args") as actors:
         assert actors.env and actors.tools
         # the worker found its environment pool and executors by name: an episode ran on them
-        samples, _ = ray.get(actors.rollout[0].rollout.remote(task_rows(cfg)[0][:1], 0, 0))
+        rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0][:1]
+        samples, _ = ray.get(actors.rollout[0].rollout.remote(rows, 0, 0))
         assert len(samples) == 2 and all(s.meta["env"]["error"] is None for s in samples)
     assert RAY_ERROR not in capfd.readouterr().err

@@ -44,7 +44,8 @@ def actors(shared_ray):
             f"resources.rollout_timeout_s={ROLLOUT_TIMEOUT_S}",
         ],
     )
-    with actor_pools(cfg, resolve_model_path(cfg), RUN) as actors:
+    path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+    with actor_pools(cfg, path, RUN) as actors:
         if actors.shared_weights != [True, True, True]:
             pytest.skip("/dev/shm has no room for the learner's shared-memory buffers here")
         sync_weights(actors, version=1)

@@ -181,7 +181,7 @@ def test_a_dataset_of_rows_becomes_the_runs_training_rows(tmp_path):
     rows = [{"prompt": f"{i}+1=", "ground_truth": str(i + 1)} for i in range(40)]
     trainer = RayPPOTrainer(small(ConfigStore(), tmp_path), dataset=rows)  # 16 samples = 4 prompts per step
     cfg = trainer._config({})
-    train_rows, _ = task_rows(cfg)
+    train_rows, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     assert cfg.task.name == "custom" and [r["prompt"] for r in train_rows] == [r["prompt"] for r in rows]
     assert trainer._iters_per_epoch(cfg) == 10  # an epoch: one pass over the rows
     folder = Path(cfg.task.train_file).parent

@@ -24,7 +24,7 @@ def test_vllm_serves_the_converted_gguf_with_the_learners_logprobs(tmp_path, mon
     monkeypatch.setenv("RELAY_CACHE", str(tmp_path / "cache"))
     file = write_tiny_gguf(tmp_path / "llama.gguf", hidden=128, heads=4, kv_heads=2)
     cfg = load_config(None, [f"model.path={file}", f"model.tokenizer_path={file}", "rollout.engine=vllm"])
-    folder = resolve_model_path(cfg)
+    folder = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
     set_num_threads = torch.set_num_threads
     engine = make_engine(EngineSettings.of(cfg), folder)
     try:

@@ -29,7 +29,7 @@ def problems(*overrides) -> list[str]:
 
 def held_out_row(category: str, row_id: str, *overrides) -> dict:
     cfg = bfcl_config(f"task.categories=[{category}]", "task.num_train_rows=4", "task.num_eval_rows=60", *overrides)
-    return next(r for r in task_rows(cfg)[1] if r["ground_truth"]["id"] == row_id)
+    return next(r for r in task_rows(cfg.task, cfg.tools, cfg.run.seed)[1] if r["ground_truth"]["id"] == row_id)
 
 
 def reward(row: dict, text: str) -> float:
@@ -42,16 +42,15 @@ def hermes(name: str, arguments: dict) -> str:
 
 def test_the_split_is_fixed_by_row_id_and_no_held_out_question_is_trained_on():
     cfg = bfcl_config("task.num_train_rows=900", "task.num_eval_rows=192")
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     count = lambda rows, c: sum(r["ground_truth"]["dataset"] == c for r in rows)  # noqa: E731
     assert [count(held_out, c) for c in ("simple_python", "multiple", "parallel")] == [64, 64, 64]
     assert [count(train, c) for c in ("simple_python", "multiple", "parallel")] == [300, 300, 300]
     assert overlap(train, held_out) is None
     assert not {question(r) for r in held_out} & {question(r) for r in train}
     # whatever the seed or the sizes: the held-out pool is the same rows, and training never reaches it
-    other_train, other_held_out = task_rows(
-        bfcl_config("run.seed=3", "task.num_train_rows=900", "task.num_eval_rows=30")
-    )
+    other = bfcl_config("run.seed=3", "task.num_train_rows=900", "task.num_eval_rows=30")
+    other_train, other_held_out = task_rows(other.task, other.tools, other.run.seed)
     ids = lambda rows: {r["ground_truth"]["id"] for r in rows}  # noqa: E731
     assert ids(other_held_out) < ids(held_out)
     pools = {c: {r["id"] for r in split(read_category(c))[1]} for c in ("simple_python", "multiple", "parallel")}
@@ -63,7 +62,8 @@ def test_held_out_rows_are_a_third_of_each_category_and_asking_more_is_one_line(
     train_pool, held = split(read_category("parallel"))
     assert (len(train_pool), len(held)) == (133, 67)
     with pytest.raises(ConfigError) as e:
-        task_rows(bfcl_config("task.categories=[parallel]", "task.num_eval_rows=100"))
+        too_many = bfcl_config("task.categories=[parallel]", "task.num_eval_rows=100")
+        task_rows(too_many.task, too_many.tools, too_many.run.seed)
     assert (
         e.value.problems[0]
         == "task.num_eval_rows: parallel holds out 67 rows, 100 asked (split by task.categories' weights)"
@@ -72,16 +72,18 @@ def test_held_out_rows_are_a_third_of_each_category_and_asking_more_is_one_line(
 
 def test_the_prompt_shows_the_rows_functions_in_the_runs_call_format():
     cfg = bfcl_config("task.categories=[parallel]", "task.num_train_rows=2", "task.num_eval_rows=2")
-    row = task_rows(cfg)[1][0]
+    row = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1][0]
     system, user = row["messages"]
     assert CALL_SYNTAX["hermes"] in system["content"]
     for f in row["ground_truth"]["functions"]:
         assert json.dumps(f) in system["content"]
     assert user["role"] == "user" and user["content"]
     pythonic = bfcl_config("tools.parser=function_call", "task.num_train_rows=2", "task.num_eval_rows=1")
-    assert "[func_name1(param1=" in task_rows(pythonic)[1][0]["messages"][0]["content"]
+    instruction = task_rows(pythonic.task, pythonic.tools, pythonic.run.seed)[1][0]["messages"][0]["content"]
+    assert "[func_name1(param1=" in instruction
     own = bfcl_config("task.system_prompt=Call them.", "task.num_train_rows=2", "task.num_eval_rows=1")
-    assert task_rows(own)[1][0]["messages"][0]["content"].startswith("Call them.\n\nThe functions you can call:")
+    instruction = task_rows(own.task, own.tools, own.run.seed)[1][0]["messages"][0]["content"]
+    assert instruction.startswith("Call them.\n\nThe functions you can call:")
 
 
 def test_the_checker_accepts_right_calls_and_refuses_wrong_ones():
@@ -118,7 +120,7 @@ def test_parallel_calls_match_in_any_order_and_each_one_counts():
 
 def test_irrelevance_rows_score_a_reply_without_calls():
     cfg = bfcl_config("task.categories=[irrelevance]", "task.num_train_rows=2", "task.num_eval_rows=1")
-    row = task_rows(cfg)[1][0]
+    row = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1][0]
     assert reward(row, "None of these functions can answer that.") == 1.0
     assert reward(row, hermes(row["ground_truth"]["functions"][0]["name"], {})) == 0.0
 
@@ -126,7 +128,8 @@ def test_irrelevance_rows_score_a_reply_without_calls():
 @pytest.mark.parametrize("parser", ["hermes", "function_call", "json"])
 def test_demonstrations_answer_training_rows_with_calls_the_checker_accepts(parser):
     cats = "task.categories=[simple_python, multiple, parallel, parallel_multiple, irrelevance]"
-    train = task_rows(bfcl_config(cats, f"tools.parser={parser}", "task.num_train_rows=300", "task.num_eval_rows=5"))[0]
+    cfg = bfcl_config(cats, f"tools.parser={parser}", "task.num_train_rows=300", "task.num_eval_rows=5")
+    train = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0]
     demos = demonstrations(train)
     assert len(demos) >= 0.98 * len(train)  # the few left out: no first allowed value the checker takes
     by_question = {question(r): r for r in train}
@@ -140,7 +143,7 @@ def test_metrics_are_split_by_category_in_a_mix():
     cfg = bfcl_config(
         "task.categories={simple_python: 1, parallel: 1}", "task.num_train_rows=4", "task.num_eval_rows=4"
     )
-    held_out = task_rows(cfg)[1]
+    held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
     samples = [SimpleNamespace(ground_truth=r["ground_truth"], reward=float(i % 2)) for i, r in enumerate(held_out)]
     mean = lambda r: sum(r) / len(r)  # noqa: E731
     assert by_dataset(samples, "eval/{}/accuracy", mean) == {

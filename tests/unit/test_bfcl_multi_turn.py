@@ -190,7 +190,7 @@ def test_held_out_scenarios_are_never_trained_on_in_any_variant():
     for seed in (0, 5):
         cfg = bfcl_config(categories, "task.num_train_rows=600", "task.num_eval_rows=90", f"run.seed={seed}")
         assert cfg.task.env == "relay.envs.bfcl_multi_turn:BfclEnv"
-        train, held_out = task_rows(cfg)
+        train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
         numbers = lambda rows: {  # noqa: E731
             scenario(r["ground_truth"]) for r in rows if r["ground_truth"]["dataset"].startswith("multi_turn")
         }
@@ -202,7 +202,8 @@ def test_a_single_turn_row_in_a_mix_is_one_step_scored_by_the_ast_checker():
     cfg = bfcl_config(
         "task.categories=[multi_turn_base, simple_python]", "task.num_train_rows=4", "task.num_eval_rows=4"
     )
-    row = next(r for r in task_rows(cfg)[1] if r["ground_truth"]["dataset"] == "simple_python")
+    held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
+    row = next(r for r in held_out if r["ground_truth"]["dataset"] == "simple_python")
     env = BfclEnv()
     first = env.reset(row["ground_truth"], messages=row["messages"])
     assert env.get_prompt_prefix() == row["messages"][0]["content"] and first == row["messages"][1]["content"]
@@ -217,7 +218,7 @@ def test_a_single_turn_row_in_a_mix_is_one_step_scored_by_the_ast_checker():
 def test_one_category_may_be_named_without_a_list():
     cfg = bfcl_config("task.categories=multi_turn_base", "task.num_train_rows=3", "task.num_eval_rows=2")
     assert cfg.task.env == "relay.envs.bfcl_multi_turn:BfclEnv"
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     assert {r["ground_truth"]["dataset"] for r in train + held_out} == {"multi_turn_base"}
 
 

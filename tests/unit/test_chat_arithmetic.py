@@ -44,7 +44,7 @@ def test_the_reward_reads_the_last_integer(text, reward):
 def test_config_builds_disjoint_rows_and_names_bad_settings():
     cfg = load_config(None, ["task.name=chat_arithmetic", "task.num_train_rows=300", "task.num_eval_rows=200"])
     assert cfg.task.reward_fn_path == "relay.envs.chat_arithmetic:chat_arithmetic_reward"
-    train, evals = task_rows(cfg)
+    train, evals = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     assert len(train) == 300 and len(evals) == 200
     with pytest.raises(ConfigError, match=r"task\.ops: choose from \+ - \*"):
         load_config(None, ["task.name=chat_arithmetic", "task.ops=/"])

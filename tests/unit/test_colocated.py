@@ -30,7 +30,7 @@ def batch_of(samples) -> Batch:
 
 def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_model_path):
     cfg = load_config(None, [*SMALL, "resources.colocate=true"])
-    rows = task_rows(cfg)[0][:4]
+    rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0][:4]
     worker, learner = (
         RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, 0, 1),
         Learner(PolicySettings.of(cfg), tiny_model_path, 1),
@@ -65,7 +65,7 @@ def test_colocated_worker_samples_and_updates_as_the_separate_actors_do(tiny_mod
 
 def test_one_call_step_is_the_rollout_then_the_update(tiny_model_path):
     cfg = load_config(None, [*SMALL, "resources.colocate=true"])
-    rows = task_rows(cfg)[0][:4]
+    rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0][:4]
     settings = ColocatedSettings.of(cfg)
     two_calls, one_call = ColocatedWorker(settings, tiny_model_path, 1), ColocatedWorker(settings, tiny_model_path, 1)
     for step in range(3):

@@ -68,7 +68,8 @@ def test_the_folder_loads_as_the_model_and_tokenizer_transformers_reads_from_the
 def test_every_role_gets_the_converted_folder(cache):
     file, folder = cache
     cfg = load_config(None, [f"model.path={file}", f"model.tokenizer_path={file}"])
-    assert resolve_model_path(cfg) == str(folder)  # the learner, reference, critic and rollout workers load it
+    # the learner, reference, critic and rollout workers load it
+    assert resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model) == str(folder)
     # model.tokenizer_path as a .gguf reaches the engine as the folder
     engine = make_engine(EngineSettings.of(cfg), str(folder))
     assert engine.tokenizer.name_or_path == str(folder)

@@ -142,8 +142,8 @@ def test_lora_runs_start_no_reference_actor():
 
 def test_target_modules_matching_nothing_is_one_line_before_any_actor(capsys):
     cfg = load_config(None, ["model.lora.rank=8", "model.lora.target_modules=[q_proj,attn_qkv]"])
-    with pytest.raises(ConfigError) as error:
-        resolve_model_path(cfg)  # what the driver does before Ray starts
+    with pytest.raises(ConfigError) as error:  # as the driver does, before Ray starts
+        resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
     assert len(error.value.problems) == 1
     line = error.value.problems[0]
     assert line.startswith("model.lora.target_modules: ['attn_qkv'] match no module")

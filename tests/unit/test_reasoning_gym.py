@@ -30,7 +30,7 @@ def problems(*overrides) -> list[str]:
 
 def test_mix_rows_split_by_weight_and_held_out_questions_never_trained_on():
     cfg = rg_config(MIX, "task.num_train_rows=600", "task.num_eval_rows=90")
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     count = lambda rows, name: sum(r["ground_truth"]["dataset"] == name for r in rows)  # noqa: E731
     assert (count(held_out, "basic_arithmetic"), count(held_out, "chain_sum")) == (60, 30)
     assert count(train, "basic_arithmetic") > 350 and count(train, "chain_sum") > 150
@@ -42,23 +42,23 @@ def test_a_small_question_space_drops_training_rows_that_ask_a_held_out_question
     # one-digit sums of two terms: few enough questions that other seeds repeat the held-out ones
     args = "task.dataset_args={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1, operators: ['+']}"
     cfg = rg_config("task.dataset=basic_arithmetic", args, "task.num_train_rows=500", "task.num_eval_rows=40")
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     assert len(held_out) == 40 and 0 < len(train) < 500
     assert not {question(r) for r in held_out} & {question(r) for r in train}
 
 
 def test_rows_are_chat_messages_with_the_answer_format_and_run_seeds_differ():
     cfg = rg_config("task.dataset=chain_sum", "task.num_train_rows=20", "task.num_eval_rows=4")
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     system, user = held_out[0]["messages"]
     assert system == {"role": "system", "content": INSTRUCTION}
     assert user == {"role": "user", "content": held_out[0]["ground_truth"]["entry"]["question"]}
     other = rg_config("task.dataset=chain_sum", "task.num_train_rows=20", "task.num_eval_rows=4", "run.seed=1")
-    assert {question(r) for r in task_rows(other)[0]} != {question(r) for r in train}
+    assert {question(r) for r in task_rows(other.task, other.tools, other.run.seed)[0]} != {question(r) for r in train}
     own = rg_config(
         "task.dataset=chain_sum", "task.num_train_rows=4", "task.num_eval_rows=1", "task.system_prompt=Be brief."
     )
-    assert task_rows(own)[1][0]["messages"][0]["content"] == "Be brief."
+    assert task_rows(own.task, own.tools, own.run.seed)[1][0]["messages"][0]["content"] == "Be brief."
 
 
 def test_extract_answer_takes_the_last_answer_block_else_the_final_line():
@@ -71,7 +71,7 @@ def test_extract_answer_takes_the_last_answer_block_else_the_final_line():
 def test_reward_is_the_datasets_own_score_of_the_extracted_answer():
     cfg = rg_config("task.dataset=chain_sum", "task.num_train_rows=4", "task.num_eval_rows=2")
     assert cfg.task.reward_fn_path == "relay.envs.reasoning_gym:reasoning_gym_reward"
-    truth = task_rows(cfg)[1][0]["ground_truth"]
+    truth = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1][0]["ground_truth"]
     answer = truth["entry"]["answer"]
     sample = lambda text: SimpleNamespace(ground_truth=truth, final_text=text)  # noqa: E731
     assert reasoning_gym_reward(sample(f"it is\n<answer>{answer}</answer>")) == 1.0
@@ -130,7 +130,7 @@ def test_a_missing_package_says_which_pip_command(monkeypatch):
 
 def test_the_shipped_smollm2_recipe_mixes_four_datasets_with_equal_held_out_shares():
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "smol_reasoning_gym.yaml")
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     names = ["ransom_note", "isomorphic_strings", "products", "spell_backward"]
     assert [sum(r["ground_truth"]["dataset"] == n for r in held_out) for n in names] == [32] * 4
     assert {r["ground_truth"]["dataset"] for r in train} == set(names) and overlap(train, held_out) is None

@@ -143,7 +143,7 @@ def test_a_tasks_demonstrations_answer_its_first_training_rows_up_to_the_budget(
 
     tools = ["task.name=chat_tool", "tools.enabled=true", "tools.parser=hermes"]
     cfg = load_config(None, [*tools, "sft.steps=2", "sft.batch_size=3", "sft.num_demonstrations=4"])
-    train, _ = task_rows(cfg)
+    train, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     conversations = demonstrations(cfg.sft, cfg.task, cfg.tools, train)
     question = lambda messages: next(m["content"] for m in messages if m["role"] == "user")  # noqa: E731
     assert [question(c) for c in conversations] == [question(row["messages"]) for row in train[:4]]

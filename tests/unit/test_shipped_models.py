@@ -26,11 +26,14 @@ def test_every_shipped_file_matches_the_manifest_and_is_small(name):
 
 
 def test_model_path_tiny_means_the_tasks_shipped_model():
-    assert resolve_model_path(load_config(None, [])) == str(shipped.SHIPPED_DIR / "tiny")
+    cfg = load_config(None, [])
+    assert resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model) == str(
+        shipped.SHIPPED_DIR / "tiny"
+    )
     for name, env in shipped.TASK_MODELS.items():
-        assert resolve_model_path(load_config(None, [f"task.env={env}", "task.name=custom"])) == str(
-            shipped.SHIPPED_DIR / name
-        )
+        cfg = load_config(None, [f"task.env={env}", "task.name=custom"])
+        path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model)
+        assert path == str(shipped.SHIPPED_DIR / name)
 
 
 def test_a_changed_file_is_named_in_one_line(tmp_path, monkeypatch):

@@ -52,7 +52,9 @@ def test_the_driver_of_a_default_run_loads_no_torch(overrides):
         "import driver, relay_trainer.pools; from relay.config import load_config; "
         "from relay.run.model_source import resolve_model_path; from relay.run.rows import task_rows; from relay.run.samples import _load_tokenizer; "
         "from relay.checkpoint.rng import capture_rng; from relay.update.kl_control import make_kl_controller; "
-        f"cfg = load_config('configs/default.yaml', {overrides!r}); path = resolve_model_path(cfg); task_rows(cfg); "
+        f"cfg = load_config('configs/default.yaml', {overrides!r}); "
+        "path = resolve_model_path(cfg.model, cfg.task, cfg.tools, cfg.critic, cfg.reward_model); "
+        "task_rows(cfg.task, cfg.tools, cfg.run.seed); "
         "_load_tokenizer(path, False).decode([5, 6], skip_special_tokens=False); capture_rng(); "
         "make_kl_controller('adaptive', 0.1, 6.0, 10000)"
     )

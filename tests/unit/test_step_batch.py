@@ -52,7 +52,7 @@ def driver_batch(samples, a, old=None, ref=None, values=None, kl_coef=0.0):
 def rollouts(tiny_model_path):
     cfg = load_config(None, SMALL)
     worker = RolloutWorker(RolloutSettings.of(cfg), tiny_model_path, 0, 1)
-    rows = task_rows(cfg)[0][:4]
+    rows = task_rows(cfg.task, cfg.tools, cfg.run.seed)[0][:4]
     return [worker.rollout(rows, step, first_group_id=0)[0] for step in range(2)]
 
 

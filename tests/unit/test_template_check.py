@@ -23,6 +23,11 @@ DROPS_REASONING = CHAT_TEMPLATE.replace(
 MULTI_TURN = ["task.name=custom", "task.env=relay.envs.textgame:TextGameEnv"]
 
 
+def check(cfg, model_path: str) -> None:
+    """The driver's check (relay/run/model_source.py), given the sections it reads."""
+    template_drift.check_template_drift(cfg.model, cfg.task, cfg.tools, model_path)
+
+
 def with_template(template: str):
     tok = build_tiny_tokenizer()
     tok.chat_template = template
@@ -93,12 +98,12 @@ def drifting(tmp_path, monkeypatch):
 
 def test_a_multi_turn_run_with_a_drifting_template_is_refused_in_one_line(drifting):
     with pytest.raises(ConfigError) as e:
-        template_drift.check_template_drift(load_config(None, MULTI_TURN), drifting)
+        check(load_config(None, MULTI_TURN), drifting)
     [line] = e.value.problems
     assert line.startswith("model.path: ") and "generation prompt fails at chat without tools" in line
     assert "python -m relay.models.template_check" in line and "model.allow_template_drift=true" in line
-    template_drift.check_template_drift(load_config(None, [*MULTI_TURN, "model.allow_template_drift=true"]), drifting)
-    template_drift.check_template_drift(load_config(None, []), drifting)  # single-turn: nothing relies on it
+    check(load_config(None, [*MULTI_TURN, "model.allow_template_drift=true"]), drifting)
+    check(load_config(None, []), drifting)  # single-turn: nothing relies on it
 
 
 def test_the_verdict_is_kept_so_the_tokenizer_loads_once_per_machine(drifting, monkeypatch):
@@ -109,4 +114,4 @@ def test_the_verdict_is_kept_so_the_tokenizer_loads_once_per_machine(drifting, m
 
 def test_a_single_turn_run_never_loads_a_tokenizer_for_the_check(monkeypatch):
     monkeypatch.setattr("relay.models.loading.load_tokenizer", lambda *a, **k: pytest.fail("loaded"))
-    template_drift.check_template_drift(load_config(None, []), "/nowhere")
+    check(load_config(None, []), "/nowhere")

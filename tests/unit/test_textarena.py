@@ -74,12 +74,12 @@ def test_the_seed_sets_the_game_and_an_instance_serves_the_next_episode():
 
 def test_held_out_games_use_seeds_training_never_draws():
     cfg = load_config(None, [*GUESS, "task.num_train_rows=2000", "task.num_eval_rows=64"])
-    train, held_out = task_rows(cfg)
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
     assert len(train) == 2000 and len(held_out) == 64
     assert all(r["seed"] < HELD_OUT_FIRST_SEED for r in train)
     assert all(r["seed"] >= HELD_OUT_FIRST_SEED for r in held_out) and len({r["seed"] for r in held_out}) == 64
     other = load_config(None, [*GUESS, "task.num_train_rows=2000", "task.num_eval_rows=64", "run.seed=1"])
-    assert task_rows(other)[0] != train
+    assert task_rows(other.task, other.tools, other.run.seed)[0] != train
 
 
 def test_the_resolved_config_loads_again(tmp_path):

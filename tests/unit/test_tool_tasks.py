@@ -136,7 +136,7 @@ def test_a_held_out_set_that_overlaps_training_is_refused_naming_the_rows(tmp_pa
     evals.write_text(json.dumps(rows[0]) + "\n")
     cfg = load_config(None, ["task.name=custom", f"task.train_file={train}", f"task.eval_file={evals}"])
     with pytest.raises(ConfigError, match="held-out row 1 asks the same question as training row 1"):
-        task_rows(cfg)
+        task_rows(cfg.task, cfg.tools, cfg.run.seed)
 
 
 def test_a_demonstration_whose_tool_call_does_not_parse_is_named_by_file_and_line(tmp_path):
