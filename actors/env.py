@@ -57,11 +57,15 @@ class EnvPool(RelayActor):
         self.calls, self.errors = self.calls + len(outcomes), self.errors + sum(o.error is not None for o in outcomes)
         return outcomes
 
-    def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float]]:
-        """One reward per sample and why it has none (None: it has one); relay/envs/scoring.py."""
+    def score(self, samples: list[Sample]) -> tuple[list[float], list[str | None], dict[str, float], list[dict]]:
+        """One reward per sample, why it has none (None: it has one), metrics (relay/envs/scoring.py),
+        and the meta keys the reward function added to each sample (reasoning_gym's unparsed_answer):
+        these samples are the pool's copies, so what it noted travels back with the rewards."""
+        before = [set(s.meta) for s in samples]
         rewards, errors, metrics = self.scorer.score(samples)
         self.calls, self.errors = self.calls + len(samples), self.errors + sum(e is not None for e in errors)
-        return rewards, errors, metrics
+        notes = [{k: v for k, v in s.meta.items() if k not in keys} for s, keys in zip(samples, before)]
+        return rewards, errors, metrics, notes
 
 
 def with_model_folders(task: TaskConfig) -> TaskConfig:

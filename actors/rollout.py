@@ -289,9 +289,11 @@ class RolloutWorker(RelayActor, ReceivesWeights):
         """Write each sample's reward and reward error (None: it has a reward); returns the seconds it took."""
         start = time.perf_counter()
         if self.scorer is not None:
-            rewards, errors, _ = self.scorer.score(samples)
+            rewards, errors, _ = self.scorer.score(samples)  # what the reward function notes lands in s.meta
         else:
-            rewards, errors, _ = self.env_pool.score(samples)
+            rewards, errors, _, notes = self.env_pool.score(samples)
+            for sample, note in zip(samples, notes):
+                sample.meta.update(note)
         for sample, reward, error in zip(samples, rewards, errors):
             sample.reward, sample.reward_error = reward, error
         return time.perf_counter() - start

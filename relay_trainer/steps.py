@@ -22,7 +22,7 @@ from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE
 from relay.config.role_settings import HeldOutSettings, ProducerSettings, StepSettings
 from relay.envs.data import PromptIterator
-from relay.envs.reasoning_gym import by_dataset
+from relay.envs.reasoning_gym import by_dataset, unparsed_metrics
 from relay.envs.scoring import trainable
 from relay.envs.textarena import invalid_move_metrics
 from relay.failures import ActorLost, step_failures
@@ -69,11 +69,13 @@ def count_failures(samples: list[Sample], games: bool = False) -> dict[str, floa
     """The rollout workers return their samples scored (the reward function in-process, or on the
     EnvPool that ran the episode); failed ones keep 0 and say why. Counts the failures; in a mix of
     datasets (task.datasets), the mean reward of each (reward/<dataset>); in games (task.name=textarena),
-    the invalid moves."""
+    the invalid moves; in reasoning-gym rows, the replies the verifier could not read (reward/unparsed,
+    wrong answers rather than failures)."""
     errors = float(sum(s.reward_error is not None for s in samples))
     per_dataset = by_dataset(samples, "reward/{}", statistics.fmean)
     moves = invalid_move_metrics(samples, "env/", games)
-    return {"reward/errors": errors, **step_failures(samples), **per_dataset, **moves}
+    unparsed = unparsed_metrics(samples, "reward/unparsed")
+    return {"reward/errors": errors, **step_failures(samples), **per_dataset, **moves, **unparsed}
 
 
 def score(settings: StepSettings, actors, samples: list[Sample]) -> dict[str, float]:
@@ -106,6 +108,7 @@ def held_out_metrics(held_out: HeldOutSettings, samples: list[Sample]) -> dict[s
     solved = lambda rewards: eval_metrics(task, rewards)["eval/accuracy"]  # noqa: E731
     metrics.update(by_dataset(samples, "eval/{}/accuracy", solved))  # a mix of datasets: each one's
     metrics.update(invalid_move_metrics(samples, "eval/", task.name == "textarena"))
+    metrics.update(unparsed_metrics(samples, "eval/unparsed"))
     # how often the model reaches for its tools, next to how often it is right (task.agent: the calls
     # the endpoint read from the replies, which the program ran)
     if held_out.tool_calls:

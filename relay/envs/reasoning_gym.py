@@ -15,10 +15,15 @@ Prompt. Each row is chat messages, rendered with the model's chat template: a sy
 Answer and reward. The answer is the text of the last `<answer>...</answer>` block of the
 model's final turn, stripped; with no such block, the final non-empty line. The reward is the
 dataset's own `score_answer(answer, entry)`: 1.0 when right, some datasets give partial credit
-(held-out accuracy counts rewards >= task.success_threshold, 1.0 by default).
+(held-out accuracy counts rewards >= task.success_threshold, 1.0 by default). A verifier that
+raises on a reply it cannot read (prime_factorization's int() of free text; boxnet, coin_flip and
+game_of_life on some malformed replies) makes it a wrong answer, not a reward error: reward 0.0,
+trained on, the exception in sample.meta["unparsed_answer"], counted per step (reward/unparsed)
+and in held-out episodes (eval/unparsed). A bad dataset name or argument still fails at start-up.
 
 Metrics. In a mix, each step's mean reward per dataset is `reward/<dataset>`, and held-out
-accuracy per dataset `eval/<dataset>/accuracy`, beside the overall ones.
+accuracy per dataset `eval/<dataset>/accuracy`, beside the overall ones; reward/unparsed and
+eval/unparsed count the replies the verifier could not read.
 
 Nothing is downloaded: every generator runs from the installed package.
 """
@@ -40,6 +45,7 @@ INSTRUCTION = (
     "for example <answer>42</answer>."
 )
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+UNPARSED = "unparsed_answer"  # sample.meta key: why the dataset's verifier could not read the reply
 
 
 def shares(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -105,8 +111,13 @@ def _scorer(name: str, args_json: str):
 def reasoning_gym_reward(sample, env=None) -> float:
     """The dataset's own score_answer of the extracted answer (the generator's arguments as the row's)."""
     truth = sample.ground_truth
-    score = _scorer(truth["dataset"], json.dumps(truth["args"], sort_keys=True))
-    return float(score(extract_answer(sample.final_text), truth["entry"]))
+    score = _scorer(truth["dataset"], json.dumps(truth["args"], sort_keys=True))  # bad name or args raise here
+    try:
+        value = score(extract_answer(sample.final_text), truth["entry"])
+    except Exception as e:  # the verifier met a reply it cannot read: a wrong answer, trained on as one
+        sample.meta[UNPARSED] = f"{type(e).__name__}: {str(e)[:200]}"
+        return 0.0
+    return float(value)
 
 
 def dataset_of(sample) -> str | None:
@@ -122,3 +133,10 @@ def by_dataset(samples, key: str, value: Callable[[list[float]], float]) -> dict
         if (name := dataset_of(s)) is not None:
             rewards.setdefault(name, []).append(s.reward)
     return {key.format(name): value(r) for name, r in sorted(rewards.items())} if len(rewards) > 1 else {}
+
+
+def unparsed_metrics(samples, key: str) -> dict[str, float]:
+    """{key: how many replies the verifier could not read} when the samples are reasoning-gym rows
+    (their ground truth holds the generator's entry); else nothing."""
+    rows = [s for s in samples if isinstance(s.ground_truth, dict) and "entry" in s.ground_truth]
+    return {key: float(sum(UNPARSED in s.meta for s in rows))} if rows else {}

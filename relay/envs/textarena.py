@@ -43,6 +43,7 @@ held-out setups that training also saw under other seeds.
 
 from __future__ import annotations
 
+import numbers
 import random
 import re
 import statistics
@@ -117,7 +118,12 @@ class TextArenaEnv:
             opponent["opponent_invalid_ending"] = bool(game_info.get(1 - self.player, {}).get("invalid_move"))
         reason = reason_of(game_info, self.player)
         self.shown = "\n".join(m for m in (self._new_messages(self.player), reason) if m)
-        reward = float((rewards or {}).get(self.player, 0.0))
+        reward = (rewards or {}).get(self.player, 0.0)
+        if not isinstance(reward, numbers.Real):  # ThreeCardMonte-v0 calls set_invalid_move(reward, reason)
+            raise ValueError(
+                f"{self.env_id}: the game's reward is {str(reward)[:80]!r}, not a number (a bug in the game)"
+            )
+        reward = float(reward)
         return (
             self.shown,
             reward,

@@ -63,6 +63,20 @@ def test_an_invalid_move_is_warned_then_ends_the_game_as_the_rules_say():
     assert invalid_move_metrics([ended, clean], "env/", games=False) == {}  # only task.name=textarena has them
 
 
+def test_a_game_whose_reward_is_not_a_number_fails_in_one_line():
+    # ThreeCardMonte-v0 passes set_invalid_move its reward and reason swapped: the second invalid
+    # move's reward is the reason's text, an environment error that says so
+    env = TextArenaEnv({"env_id": "ThreeCardMonte-v0", "env_args": {}})
+    env.reset(seed=0)
+    assert env.step("no idea")[1:3] == (0.0, False)
+    with pytest.raises(ValueError) as e:
+        env.step("still no idea")
+    assert (
+        str(e.value)
+        == "ThreeCardMonte-v0: the game's reward is 'Bad action. Use `[k]`.', not a number (a bug in the game)"
+    )
+
+
 def test_the_seed_sets_the_game_and_an_instance_serves_the_next_episode():
     env, first = guess_game(seed=11)
     targets = {guess_game(seed=s)[1] for s in range(40)}
