@@ -1,11 +1,12 @@
 """Why math_tool's greedy held-out episodes fail: each one sorted into what went wrong.
 
-    python benchmarks/math_tool_failures.py [MODEL ...] [--seed 0] [--rows 256]
+    python benchmarks/math_tool_failures.py [MODEL ...] [--seed 0] [--rows 256] [--held-out]
 
 MODEL: a model folder (a run's final_model) or `tiny` (the shipped warm start). In one process,
 no Ray: the same agent loop, tag parser and bubblewrap sandbox as the driver's held-out
-evaluation (greedy, configs/math_tool.yaml's limits), on the rows the driver holds out for
-run.seed=SEED. Per model it prints the share of episodes of each outcome
+evaluation (greedy, configs/math_tool.yaml's limits), on ROWS training questions (drawn with
+seed SEED + 7919), or with `--held-out` on the first ROWS of the 128 products no run trains on
+(what the driver's held-out evaluation asks). Per model it prints the share of episodes of each outcome
 (relay.envs.math_tool.episode_outcome) and, for the teacher-forced correct episode (tool call, result, exact answer), the mean log
 likelihood of its answer tokens, the share of answer tokens that greedy decoding would pick, and
 the share of rows whose whole answer it would (copy_accuracy). `--sign-noise 3e-4` first moves
@@ -119,15 +120,19 @@ def evaluate(model: str, rows: list[dict], cfg, executor: ToolExecutor, sign_noi
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["tiny"])
-    parser.add_argument("--seed", type=int, default=0, help="run.seed whose held-out rows to use")
+    parser.add_argument("--seed", type=int, default=0, help="draws the training questions with seed SEED + 7919")
     parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--held-out", action="store_true", help="the products no run trains on (at most 128)")
     parser.add_argument(
         "--sign-noise", type=float, default=0.0, help="move every weight by +-this first (random signs)"
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(CONFIG, [f"run.seed={args.seed}", f"task.num_eval_rows={args.rows}"])
-    rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)  # relay/run/rows.py task_rows
+    if args.held_out:
+        rows = MathToolEnv.make_eval_rows(args.rows, args.seed)
+    else:
+        rows = MathToolEnv.make_rows(args.rows, args.seed + 7_919)
     executor = ToolExecutor(cfg.tools.sandbox_limits, cfg.tools.sandbox, max_workers=cfg.tools.max_workers)
     print(
         f"{'model':<40} " + " ".join(f"{k:>10}" for k in (*OUTCOMES, "answer_logp", "answer_argmax", "copy_accuracy"))
