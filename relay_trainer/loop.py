@@ -19,6 +19,7 @@ from relay.config import Config
 from relay.config.resolved import kl_in_reward
 from relay.config.role_settings import HeldOutSettings
 from relay.envs.data import PromptIterator
+from relay.envs.reasoning_gym import majority_metrics
 from relay.failures import FailureWatch
 from relay.health import HealthMonitor, batch_signals, held_out_sample
 from relay.run import metric_keys as keys
@@ -196,4 +197,5 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         state.get("eval_after_sft"),
         state.get("seconds"),
         health.alarms,
+        majority_metrics(train_rows, eval_rows),  # reasoning-gym: what one repeated answer would score
     )

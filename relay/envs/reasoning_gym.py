@@ -23,7 +23,9 @@ and in held-out episodes (eval/unparsed). A bad dataset name or argument still f
 
 Metrics. In a mix, each step's mean reward per dataset is `reward/<dataset>`, and held-out
 accuracy per dataset `eval/<dataset>/accuracy`, beside the overall ones; reward/unparsed and
-eval/unparsed count the replies the verifier could not read.
+eval/unparsed count the replies the verifier could not read. Beside each held-out accuracy, the
+summary gives what always answering the training rows' most common answer would score (majority,
+<dataset>/majority): a Yes/No or True/False dataset's accuracy can rise to it by one word.
 
 Nothing is downloaded: every generator runs from the installed package.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -140,3 +143,32 @@ def unparsed_metrics(samples, key: str) -> dict[str, float]:
     (their ground truth holds the generator's entry); else nothing."""
     rows = [s for s in samples if isinstance(s.ground_truth, dict) and "entry" in s.ground_truth]
     return {key: float(sum(UNPARSED in s.meta for s in rows))} if rows else {}
+
+
+def majority_metrics(train: list[dict], held_out: list[dict]) -> dict[str, float]:
+    """A constant-answer baseline from the rows alone: eval/majority, the share of held-out rows whose
+    answer is the most common answer among their dataset's training rows (what always giving that
+    answer would score, counted over all held-out rows as eval/accuracy is), and in a mix
+    eval/<dataset>/majority beside each eval/<dataset>/accuracy; {} for rows that are not
+    reasoning-gym rows."""
+    trained, asked = _answers(train), _answers(held_out)
+    hits = {}
+    for name, answers in asked.items():
+        top = Counter(trained.get(name, ())).most_common(1)  # no training rows: no answer to repeat
+        hits[name] = sum(bool(top) and a == top[0][0] for a in answers)
+    if not hits:
+        return {}
+    out = {"eval/majority": sum(hits.values()) / sum(len(a) for a in asked.values())}
+    if len(asked) > 1:  # per dataset only in a mix, as eval/<dataset>/accuracy
+        out |= {f"eval/{name}/majority": hits[name] / len(asked[name]) for name in sorted(asked)}
+    return out
+
+
+def _answers(rows: list[dict]) -> dict[str, list[str]]:
+    """{dataset: its rows' reference answers} of the reasoning-gym rows among `rows`."""
+    out: dict[str, list[str]] = {}
+    for row in rows:
+        truth = row.get("ground_truth")
+        if isinstance(truth, dict) and "entry" in truth:
+            out.setdefault(truth["dataset"], []).append(str(truth["entry"]["answer"]))
+    return out
