@@ -55,7 +55,8 @@ class HealthConfig:
     repeat_min_groups: int = 3  # ... and in at least this many of them
     tool_rate_collapse: float = 0.25  # tool calls per episode fell below this fraction of their recent rate
     zero_adv_frac: float = 1.0  # at least this share of the groups has all-equal rewards ...
-    zero_adv_steps: int = 3  # ... for this many steps in a row (a solved batch for one step is no alarm)
+    zero_adv_steps: int = 3  # ... for this many steps in a row (a solved batch for one step is no alarm) ...
+    zero_adv_min_groups: int = 16  # ... and for as many more as it takes to see this many groups
     logprob_gap: float = 0.05  # mean |engine - learner| logprob per response token, nats
     # In-run held-out evaluations (training.eval_every) on this many held-out rows, drawn once with
     # run.seed so every evaluation reads the same ones; 0: all of them. Before and after training: all.
@@ -77,6 +78,8 @@ def validate_health(h: HealthConfig) -> list[str]:
         p.append(f"health.repeat_min_groups: must be >= 1, got {h.repeat_min_groups}")
     if h.zero_adv_steps < 1:
         p.append(f"health.zero_adv_steps: must be >= 1, got {h.zero_adv_steps}")
+    if h.zero_adv_min_groups < 1:
+        p.append(f"health.zero_adv_min_groups: must be >= 1, got {h.zero_adv_min_groups}")
     fractions = ("reward_collapse", "entropy_collapse", "length_cap_frac", "length_collapse", "repeat_share")
     for key in (*fractions, "tool_rate_collapse", "zero_adv_frac"):
         value = getattr(h, key)

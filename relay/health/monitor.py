@@ -22,7 +22,7 @@ from relay.health.rules import EVAL_KEYS, LEVEL_RULES, RULE_FUNCTIONS, Check, Vi
 from relay.run import metric_keys as keys
 
 # the metrics the rules read across steps; the monitor keeps their last 2 x window values (or
-# zero_adv_steps, if more)
+# zero_adv_steps or zero_adv_min_groups, if more: one group a step needs that many steps)
 TRACKED = (
     keys.REWARD_MEAN,
     keys.REWARD_STD,
@@ -134,7 +134,7 @@ class HealthMonitor:
             if (v := view.get(key)) is not None:
                 kept = self.history.setdefault(key, [])
                 kept.append(v)
-                del kept[: -max(2 * self.cfg.window, self.cfg.zero_adv_steps)]
+                del kept[: -max(2 * self.cfg.window, self.cfg.zero_adv_steps, self.cfg.zero_adv_min_groups)]
         value = next((e for key in EVAL_KEYS if (e := view.get(key)) is not None), None)
         rewards = self.history.get(keys.REWARD_MEAN, [])
         if value is not None:  # a held-out evaluation of `measured`'s weights: the next comparison starts there

@@ -73,7 +73,10 @@ def reward_collapse(v: View, c: HealthConfig) -> Check | None:
     drop = ref - now
     frac = drop / abs(ref)
     episodes = v.get(keys.EPISODES) or 1.0
-    noise = c.noise_sigmas * (v.get(keys.REWARD_STD) or 0.0) / math.sqrt(episodes)
+    # the spread of the recent steps too: a batch that fell to one reward has none of its own, and
+    # a rare success (0.03 of a batch) missing from one batch is no collapse
+    spread = max([v.get(keys.REWARD_STD) or 0.0, *v.recent(keys.REWARD_STD)])
+    noise = c.noise_sigmas * spread / math.sqrt(episodes)
     # a recent level within the noise of 0 (normalised reward-model scores hover there) has
     # nothing to collapse from: any fall is a large fraction of it
     tripped = frac >= c.reward_collapse and drop >= noise and abs(ref) >= noise
@@ -219,11 +222,16 @@ def zero_advantage(v: View, c: HealthConfig) -> Check | None:
     now = v.get(keys.ZERO_ADV_GROUPS)
     if now is None:
         return None
-    run = v.recent(keys.ZERO_ADV_GROUPS, c.zero_adv_steps - 1) + [now]
-    tripped = len(run) == c.zero_adv_steps and min(run) >= c.zero_adv_frac
+    # as many steps as it takes to see zero_adv_min_groups groups: 4 groups a step, all failing
+    # by chance at a 0.03 success rate, are equal for 3 steps in a row 1 time in 20
+    per_step = max(1.0, v.get(keys.GROUPS) or 1.0)
+    steps = max(c.zero_adv_steps, math.ceil(c.zero_adv_min_groups / per_step))
+    run = v.recent(keys.ZERO_ADV_GROUPS, steps - 1) + [now]
+    tripped = len(run) == steps and min(run) >= c.zero_adv_frac
     detail = (
         f"share of groups with all-equal rewards {now:.3g}, at least {c.zero_adv_frac:g} for {len(run)} steps "
-        f"(health.zero_adv_frac={c.zero_adv_frac:g}, health.zero_adv_steps={c.zero_adv_steps})"
+        f"(health.zero_adv_frac={c.zero_adv_frac:g}, health.zero_adv_steps={c.zero_adv_steps}, "
+        f"health.zero_adv_min_groups={c.zero_adv_min_groups})"
     )
     return Check(now, tripped, detail)
 

@@ -106,10 +106,25 @@ def test_repeated_response_and_logprob_gap_are_levels():
 
 
 def test_zero_advantage_fires_after_its_steps_in_a_row():
-    # zero_adv_steps 3: the shares 0.5, 1, 1, 1: the third 1 in a row (step 4) fires
-    outs, lines, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0)])
+    # zero_adv_steps 3, 16 groups a step: the shares 0.5, 1, 1, 1: the third 1 in a row (step 4) fires
+    outs, lines, _ = run([{keys.ZERO_ADV_GROUPS: v, keys.GROUPS: 16} for v in (0.5, 1.0, 1.0, 1.0)])
     assert fired(outs, "zero_advantage") == [4]
     assert "at least 1 for 3 steps" in lines[0]
+
+
+def test_zero_advantage_waits_for_its_minimum_of_groups():
+    # 4 groups a step: 3 steps hold 12 < zero_adv_min_groups=16 groups; the fourth step makes 16
+    outs, lines, _ = run([{keys.ZERO_ADV_GROUPS: v, keys.GROUPS: 4} for v in (0.5, 1.0, 1.0, 1.0, 1.0)])
+    assert fired(outs, "zero_advantage") == [5]
+    assert "at least 1 for 4 steps" in lines[0]
+
+
+def test_reward_collapse_of_a_rare_success_is_noise():
+    # 0.03 of 32 episodes succeed, then none: the batch that fell has no spread, the steps before it
+    # do (0.17), and a drop of 0.03 is within 3 of their standard errors (3 x 0.17 / sqrt(32) = 0.09)
+    steps = [{keys.REWARD_MEAN: 0.031, keys.REWARD_STD: 0.17, keys.EPISODES: 32}]
+    outs, lines, _ = run([*steps, {keys.REWARD_MEAN: 0.0, keys.REWARD_STD: 0.0, keys.EPISODES: 32}])
+    assert not lines and outs[-1][keys.health_value("reward_collapse")] == pytest.approx(1.0)
 
 
 def test_tool_rate_collapse_with_its_poisson_guard():
@@ -329,7 +344,7 @@ def test_a_solved_held_out_set_is_no_hacking():
 
 
 def test_zero_advantage_steps_beyond_the_kept_windows():
-    cfg = HealthConfig(window=1, zero_adv_steps=4)  # 2 x window = 2 values kept would never make 4
+    cfg = HealthConfig(window=1, zero_adv_steps=4, zero_adv_min_groups=1)  # 2 x window = 2 values kept would never make 4
     outs, _, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0, 1.0)], cfg)
     assert fired(outs, "zero_advantage") == [5]
 
