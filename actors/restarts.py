@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
@@ -31,16 +32,19 @@ def is_restarted_actor() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
-def wait_restarted(actor, timeout_s: float) -> bool:
+def wait_restarted(actor, timeout_s: float, unanswered: Callable[[], None] | None = None) -> bool:
     """True once `actor` answers again (restarted); False when it is gone for good (ActorDiedError)
     or stays silent for `timeout_s`. While Ray restarts it, a ping may fail as unavailable, or
-    never be answered (sent to the instance being killed): ping again, each ping briefly."""
+    never be answered (sent to the instance being killed): ping again, each ping briefly, calling
+    `unanswered()` after each ping that got no answer (the caller says what it waits for)."""
     deadline = time.monotonic() + timeout_s
     while (left := deadline - time.monotonic()) > 0:
         try:
             ray.get(actor.__ray_ready__.remote(), timeout=min(left, PING_S))
             return True
         except (ActorUnavailableError, GetTimeoutError):
+            if unanswered is not None:
+                unanswered()
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
         except RayActorError:
             return False

@@ -21,6 +21,12 @@ next sync, whose version goes on from theirs.
 
 A learner past its deadline (resources.update_timeout_s) is killed to be restarted
 (Supervisor.restorable), and restored the same way.
+
+A learner lost with its node (resources.learner.node_resource names a node type, and no live node
+is of that type) is restarted by Ray only once a node that can hold it joins: Ray places its
+placement group's bundle again then. The driver says so in one line, naming what the node needs,
+and waits for the replacement up to resources.rollout_timeout_s (a node's start and a model's
+load); then restores it as above. Past that, the run stops (resumable).
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from actors.restarts import wait_restarted
 from actors.supervision import role_actors
 from relay.checkpoint.manifest import STATE, verify_checkpoint
+from relay.config import RoleResources
 from relay.failures import ActorLost, CallRaised
+from relay_trainer.feasibility import alive_nodes
 from relay_trainer.rank_group import RankGroup
 from relay_trainer.weights import open_shared_memory
 
@@ -48,8 +56,10 @@ LEARNER_GROUPS = ("policy", "optimizer")  # the learner's safetensors groups in 
 class LearnerRecovery:
     """Wraps the driver's calls on the learner (`run`) and keeps what a replay needs (`keep`)."""
 
-    def __init__(self, actors, limit: int, tag: str):
+    def __init__(self, actors, limit: int, tag: str, resources: RoleResources | None = None):
         self.actors, self.tag, self.limit, self.enabled = actors, tag, limit, False
+        self.resources = resources  # what the learner's actors ask of a node (resources.learner)
+        self.node_wait: str | None = None  # what the current loss waits for: a node that can hold it
         self.base: Path | None = None  # the checkpoint the kept updates follow; None: the run's start
         self.kept: list[tuple[tuple, dict]] = []  # each update's arguments since `base`, in order
         self.on_restore: list[Callable[[], None]] = []  # what else held the lost learner's refs
@@ -90,8 +100,14 @@ class LearnerRecovery:
         self._recover(what, ActorLost(f"{what}: the learner that rolls it out was lost"))
 
     def _recover(self, what: str, error: Exception) -> None:
+        self.node_wait = None
         while True:
             if not self.enabled or not self._state_lost():
+                if self.node_wait is not None:
+                    self.log(
+                        f"relay: fault: {self._name()}: not restored within {self.actors.faults.rollout_timeout_s:.0f} s "
+                        f"(resources.rollout_timeout_s) of waiting for a node with {self.node_wait}; the run stops"
+                    )
                 raise error
             try:
                 return self._restore(what, error)
@@ -102,12 +118,36 @@ class LearnerRecovery:
         """Whether the learner answers and is a replacement (Ray restarted it, or one of its ranks);
         False if it is gone."""
         faults, ranks = self.actors.faults, role_actors(self.actors.learner)
-        if not all(wait_restarted(rank, faults.rollout_timeout_s) for rank in ranks):  # constructors load the model
+        # constructors load the model; a learner lost with its node waits for a node to be placed on
+        if not all(wait_restarted(rank, faults.rollout_timeout_s, self._say_node_wait) for rank in ranks):
             return False
         try:
             return any(ray.get([rank.__ray_call__.remote(_needs_restore) for rank in ranks], timeout=faults.timeout_s))
         except (RayActorError, GetTimeoutError):
             return self._state_lost()  # lost again meanwhile; Ray's restarts bound this
+
+    def _say_node_wait(self) -> None:
+        """Once per loss, while the replacement does not answer: when no live node can hold the
+        learner (its node died and none of its type is left), say what node Ray waits for."""
+        if self.node_wait is not None or self.resources is None:
+            return
+        from relay_trainer.pools import _bundle  # what actor_pools asked for (pools imports this module)
+
+        res, bundle = self.resources, _bundle(self.resources)
+        if any(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in alive_nodes()):
+            return  # a node can hold it: Ray restarts it there (its constructor loads the model)
+        needs = [f"{res.node_resource} (resources.learner.node_resource)"] if res.node_resource else []
+        needs += [f"{v:g} {k}" for k, v in bundle.items() if k in ("CPU", "GPU")]
+        self.node_wait = " and ".join(needs)
+        self.log(
+            f"relay: fault: {self._name()} lost with its node; waiting for a node with {self.node_wait} to "
+            f"restore it (up to {self.actors.faults.rollout_timeout_s:.0f} s, resources.rollout_timeout_s)"
+        )
+
+    def _name(self) -> str:
+        ranks = role_actors(self.actors.learner)
+        name = self.actors.faults.names.get(ranks[0]._actor_id, "learner-0")
+        return f"{name.removesuffix('-0')} rank group ({len(ranks)} ranks)" if len(ranks) > 1 else name
 
     def _restore(self, what: str, error: Exception) -> None:
         start, faults, learner = time.monotonic(), self.actors.faults, self.actors.learner
@@ -129,17 +169,13 @@ class LearnerRecovery:
         faults.count("learner_restores")
         if isinstance(error, RayActorError):
             faults.count("actor_errors")
-        ranks = role_actors(learner)
-        name = faults.names.get(ranks[0]._actor_id, "learner-0")
-        if len(ranks) > 1:
-            name = f"{name.removesuffix('-0')} rank group ({len(ranks)} ranks)"
         if isinstance(error, CallRaised):  # a rank's collective met a peer that died
             why = "a rank died"
         else:
             why = "no answer within its deadline" if isinstance(error, ActorLost) else "actor died"
         base = self.base.name if self.base is not None else "the run's start"
         self.log(
-            f"relay: fault: {name} {what}: {why}; restored from {base} + {len(self.kept)} replayed updates "
+            f"relay: fault: {self._name()} {what}: {why}; restored from {base} + {len(self.kept)} replayed updates "
             f"in {time.monotonic() - start:.1f} s"
         )
 

@@ -112,7 +112,9 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
         make_loggers(cfg.logging, run_dir, run_dir.name, cfg.to_dict(), cfg.training.steps) as loggers,
     ):
         # a learner lost in the run is restored from its last checkpoint, its later updates replayed
-        actors.recovery = recovery = LearnerRecovery(actors, cfg.resources.learner_restores, tag=run_dir.name)
+        actors.recovery = recovery = LearnerRecovery(
+            actors, cfg.resources.learner_restores, tag=run_dir.name, resources=cfg.resources.learner
+        )
         if groups is not None:  # the learner's and the critic's: one actor's or a rank group's shards
             load_training_checkpoint(actors, ckpt, groups, state)
             recovery.checkpointed(ckpt)
