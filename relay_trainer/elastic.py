@@ -42,8 +42,8 @@ from relay.config.elastic import count_range, is_elastic, sync_counts
 from relay.run import metric_keys as keys
 from relay.run.elastic import PoolSize, demand, resize, usable
 from relay.run.progress import say
+from relay_trainer.feasibility import role_bundle
 from relay_trainer.pools import RolloutWorker, actor_bundles, actor_name
-from relay_trainer.pools import _bundle as role_bundle  # what actor_pools asks for each actor of a role
 from relay_trainer.weights import WEIGHT_LANE
 
 PING_S = 10.0  # an added worker's node id and weights, asked once it is up

@@ -13,6 +13,18 @@ from relay.config import ConfigError, RoleResources
 
 KEYS = {"CPU": "cpus", "GPU": "gpus"}
 
+# Share of a role's node label each actor asks for: small, so the label marks node types
+# without limiting how many actors a node takes (CPU and GPU do that).
+NODE_RESOURCE_SHARE = 0.001
+
+
+def role_bundle(res: RoleResources) -> dict[str, float]:
+    """The placement-group bundle one actor of the role asks for."""
+    bundle = {k: v for k, v in (("CPU", res.cpus), ("GPU", res.gpus)) if v > 0}
+    if res.node_resource:
+        bundle[res.node_resource] = NODE_RESOURCE_SHARE
+    return bundle
+
 
 def check_feasible(bundles_by_role: dict[str, tuple[RoleResources, dict[str, float]]]) -> None:
     """Raise ConfigError (one line per problem) when no node can hold a role's actor or the whole

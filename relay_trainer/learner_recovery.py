@@ -45,7 +45,7 @@ from actors.supervision import role_actors
 from relay.checkpoint.manifest import STATE, verify_checkpoint
 from relay.config import RoleResources
 from relay.failures import ActorLost, CallRaised
-from relay_trainer.feasibility import alive_nodes
+from relay_trainer.feasibility import alive_nodes, role_bundle
 from relay_trainer.rank_group import RankGroup
 from relay_trainer.weights import open_shared_memory
 
@@ -131,9 +131,7 @@ class LearnerRecovery:
         learner (its node died and none of its type is left), say what node Ray waits for."""
         if self.node_wait is not None or self.resources is None:
             return
-        from relay_trainer.pools import _bundle  # what actor_pools asked for (pools imports this module)
-
-        res, bundle = self.resources, _bundle(self.resources)
+        res, bundle = self.resources, role_bundle(self.resources)
         if any(all(node.get(k, 0.0) >= v for k, v in bundle.items()) for node in alive_nodes()):
             return  # a node can hold it: Ray restarts it there (its constructor loads the model)
         needs = [f"{res.node_resource} (resources.learner.node_resource)"] if res.node_resource else []

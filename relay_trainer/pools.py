@@ -28,7 +28,7 @@ from relay.models.check import reward_model_path
 from relay.run.progress import phase, say
 from relay_trainer import local_ray
 from relay_trainer.actor_class import actor_class
-from relay_trainer.feasibility import alive_nodes, check_feasible, unplaceable
+from relay_trainer.feasibility import alive_nodes, check_feasible, role_bundle, unplaceable
 from relay_trainer.learner_recovery import LearnerRecovery, NoRecovery
 from relay_trainer.local_ray import NAMESPACE
 from relay_trainer.lora_reference import LearnerAsReference
@@ -55,7 +55,7 @@ def connect(cfg: Config) -> None:
     A Ray that relay started for an earlier run in this process and that cannot hold this run
     (too few CPUs, no dashboard when asked for one, or a cluster named now) is stopped and
     started again for this run; a Ray the user started or joined is only checked."""
-    bundles = {role: (res, _bundle(res)) for role, res in actor_roles(cfg).items()}
+    bundles = {role: (res, role_bundle(res)) for role, res in actor_roles(cfg).items()}
     address = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
     if local_ray.started_here():
         misfit = [] if address else unplaceable(bundles, alive_nodes())
@@ -108,22 +108,10 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     return roles
 
 
-# Share of a role's node label each actor asks for: small, so the label marks node types
-# without limiting how many actors a node takes (CPU and GPU do that).
-NODE_RESOURCE_SHARE = 0.001
-
-
-def _bundle(res: RoleResources) -> dict[str, float]:
-    bundle = {k: v for k, v in (("CPU", res.cpus), ("GPU", res.gpus)) if v > 0}
-    if res.node_resource:
-        bundle[res.node_resource] = NODE_RESOURCE_SHARE
-    return bundle
-
-
 def actor_bundles(cfg: Config) -> list[dict[str, float]]:
     """One placement-group bundle per actor that actor_pools makes for `cfg` (what a Ray Tune
     trial reserves for them: tune.trial_bundles)."""
-    return [_bundle(res) for res in actor_roles(cfg).values() for _ in range(res.count)]
+    return [role_bundle(res) for res in actor_roles(cfg).values() for _ in range(res.count)]
 
 
 # Bundles of an enclosing placement group already given to one run's actors: (group, run) -> indices.
@@ -167,7 +155,7 @@ def create_group(
     (tune.trial_bundles): the actors go there, since a new group could never be placed while
     the trial holds the resources. Elsewhere each role gets its own PACKed group.
     """
-    bundle = _bundle(res)
+    bundle = role_bundle(res)
     enclosing = ray.util.get_current_placement_group()
     if enclosing is not None:
         pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)

@@ -19,17 +19,17 @@ import pytest
 import ray
 
 from relay.config import ConfigError, RoleResources, load_config
-from relay_trainer.pools import NODE_RESOURCE_SHARE, _bundle
+from relay_trainer.feasibility import NODE_RESOURCE_SHARE, role_bundle
 from tests.prometheus import scrape
 
 
 def test_bundle_carries_the_node_label():
-    assert _bundle(RoleResources(cpus=1, gpus=1, node_resource="learner_node")) == {
+    assert role_bundle(RoleResources(cpus=1, gpus=1, node_resource="learner_node")) == {
         "CPU": 1,
         "GPU": 1,
         "learner_node": NODE_RESOURCE_SHARE,
     }
-    assert _bundle(RoleResources(cpus=0.5)) == {"CPU": 0.5}
+    assert role_bundle(RoleResources(cpus=0.5)) == {"CPU": 0.5}
 
 
 def test_node_resource_must_be_a_custom_resource():
