@@ -1,12 +1,11 @@
 """Which roles no node can ever hold, named by their config key (relay_trainer/feasibility.py), without Ray."""
 
 from relay.config import RoleResources
-from relay_trainer.feasibility import unplaceable
-from relay_trainer.pools import _bundle
+from relay_trainer.feasibility import role_bundle, unplaceable
 
 
 def roles(**kw: RoleResources) -> dict:
-    return {role: (res, _bundle(res)) for role, res in kw.items()}
+    return {role: (res, role_bundle(res)) for role, res in kw.items()}
 
 
 NODES = [{"CPU": 8.0, "memory": 1e9}, {"CPU": 16.0, "GPU": 4.0, "gpu_node": 1.0}]
