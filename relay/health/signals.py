@@ -26,7 +26,7 @@ def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float
         groups[s.group_id].append(s)
     # the groups each response text appears in: a text that takes over shows up across prompts,
     # while one prompt's group agreeing on its answer is ordinary convergence
-    texts = Counter(text for g in groups.values() for text in {s.final_text.strip() for s in g})
+    texts = Counter(text for g in groups.values() for text in {model_text(s) for s in g})
     out = {
         keys.EPISODES: float(n),
         keys.GROUPS: float(len(groups)),
@@ -40,6 +40,12 @@ def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float
     if (r := correlation(pairs)) is not None:
         out[keys.RM_RULE_CORRELATION] = r
     return out
+
+
+def model_text(sample: Sample) -> str:
+    """What the model wrote in the whole episode: every turn, so that a multi-turn policy that plays
+    one sensible strategy (the same last move in every game it wins) is not one repeated string."""
+    return "\n".join(t.strip() for t in sample.turn_texts) if sample.turn_texts else sample.final_text.strip()
 
 
 def correlation(pairs: list[tuple[float, float]]) -> float | None:

@@ -282,6 +282,18 @@ def test_batch_signals():
     assert batch_signals([]) == {}
 
 
+def test_a_multi_turn_policy_is_one_repeated_string_only_when_every_turn_repeats():
+    def game(group: int, turns: list[str]) -> Sample:
+        return Sample(prompt_ids=[1], group_id=group, final_text=turns[-1], turn_texts=turns)
+
+    # one strategy that reads each game's hints: the same winning last move, different episodes
+    playing = [game(0, ["[5]", "[8]"]), game(1, ["[5]", "[3]", "[8]"]), game(2, ["[5]", "[7]", "[8]"])]
+    assert batch_signals(playing)[keys.TOP_RESPONSE_SHARE] == pytest.approx(1 / 3)
+    # the same episode whatever the game says: a takeover
+    stuck = [game(g, ["[5]", "[5]", "[5]"]) for g in range(3)]
+    assert batch_signals(stuck)[keys.TOP_RESPONSE_SHARE] == 1.0
+
+
 def test_reward_model_correlation():
     assert correlation([(1, 1), (2, 2), (3, 3)]) == pytest.approx(1.0)
     # mean x 2, mean y 1/3: sum (x - 2)(y - 1/3) = (-1)(-1/3) + 0 + (1)(-1/3) = 0
