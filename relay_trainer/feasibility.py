@@ -7,9 +7,12 @@ With an autoscaler the missing node may still be added: then relay says what it 
 
 from __future__ import annotations
 
+import time
+
 import ray
 
 from relay.config import ConfigError, RoleResources
+from relay.failures import RunFailed
 
 KEYS = {"CPU": "cpus", "GPU": "gpus"}
 
@@ -39,6 +42,52 @@ def check_feasible(bundles_by_role: dict[str, tuple[RoleResources, dict[str, flo
         )
         return
     raise ConfigError([f"{p} (and no autoscaler is configured to add one)" for p in problems])
+
+
+def wait_placed(groups: list, timeout_s: float, say_after_s: float = 20.0) -> None:
+    """Wait until every placement group in `groups` is placed. A node can be big enough and still
+    full (another run, another job): after `say_after_s` one line names the groups still waiting and
+    what the cluster has free; past `timeout_s` (resources.placement_timeout_s) RunFailed says the same."""
+    pending = {group.ready(): group for group in groups}
+    start, said = time.monotonic(), False
+    while pending:
+        waited = time.monotonic() - start
+        if waited >= timeout_s:
+            raise RunFailed(
+                f"the Ray cluster has no room for {unplaced(pending.values())} after {timeout_s:g} s "
+                f"(resources.placement_timeout_s); {free_resources()}"
+            )
+        wait_s = min(timeout_s, say_after_s if not said else timeout_s) - waited
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(wait_s, 0.0))
+        for ref in ready:
+            ray.get(ref)
+            del pending[ref]
+        if pending and not said and time.monotonic() - start >= say_after_s:
+            more = "; the autoscaler may add a node" if autoscaler_configured() else ""
+            print(
+                f"relay: waiting for room: {unplaced(pending.values())} not placed after {say_after_s:g} s; "
+                f"{free_resources()}{more} (up to {timeout_s:g} s, resources.placement_timeout_s)",
+                flush=True,
+            )
+            said = True
+
+
+def unplaced(groups) -> str:
+    """Each group's name and what its bundles ask for: "run/rollout (2 x 1 CPU)"."""
+    parts = []
+    for group in groups:
+        table = ray.util.placement_group_table(group)
+        bundles = list(table.get("bundles", {}).values())
+        ask = ", ".join(f"{v:g} {k}" for k, v in (bundles[0] if bundles else {}).items())
+        parts.append(f"{table.get('name') or 'a placement group'} ({len(bundles)} x {ask})")
+    return ", ".join(parts)
+
+
+def free_resources() -> str:
+    """What the cluster has free of CPU and GPU, against its totals."""
+    free, total = ray.available_resources(), ray.cluster_resources()
+    have = [f"{free.get(k, 0.0):g} of {total[k]:g} {k}" for k in KEYS if total.get(k)]
+    return f"the cluster has {', '.join(have) or 'nothing'} free (other runs or jobs hold the rest)"
 
 
 def alive_nodes() -> list[dict[str, float]]:

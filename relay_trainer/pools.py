@@ -28,7 +28,7 @@ from relay.models.check import reward_model_path
 from relay.run.progress import phase, say
 from relay_trainer import local_ray
 from relay_trainer.actor_class import actor_class
-from relay_trainer.feasibility import alive_nodes, check_feasible, role_bundle, unplaceable
+from relay_trainer.feasibility import alive_nodes, check_feasible, role_bundle, unplaceable, wait_placed
 from relay_trainer.learner_recovery import LearnerRecovery, NoRecovery
 from relay_trainer.local_ray import NAMESPACE
 from relay_trainer.lora_reference import LearnerAsReference
@@ -354,7 +354,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
             h._actor_id: f"{run_name}/{r}-{i}" for r, hs in actors.by_role().items() for i, h in enumerate(hs)
         }
         with phase(f"starting actors and loading the model ({roles})"):
-            ray.get([pg.ready() for pg in groups], timeout=600)  # every role placed (a GetTimeoutError if not)
+            wait_placed(groups, res.placement_timeout_s)  # every role placed, or one line saying what is not
             ray.get([h.__ray_ready__.remote() for h in actors.handles()])  # constructors done: a failing one raises
         for role in ("learner", "reference", "critic"):
             if isinstance(handle := getattr(actors, role), RankGroup):

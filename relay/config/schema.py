@@ -313,6 +313,9 @@ class ResourcesConfig:
     call_timeout_s: float = 600.0
     rollout_timeout_s: float = 3600.0
     update_timeout_s: float = 3600.0
+    # Seconds the roles' placement groups may wait for room at start-up (a full node, a node the
+    # autoscaler adds); relay says after 20 s which ones wait and what is free, then stops past it.
+    placement_timeout_s: float = 600.0
     # A learner that dies or hangs (one actor, or every rank of an FSDP group) is restarted by Ray and
     # restored in place (relay_trainer/learner_recovery.py): the last checkpoint, then the updates since it
     # replayed; no step lost or repeated. Up to learner_restores times per run (0: the run stops).

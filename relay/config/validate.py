@@ -87,6 +87,7 @@ def validate(cfg: Config) -> list[str]:
     need(res.call_timeout_s > 0, f"resources.call_timeout_s: must be > 0, got {res.call_timeout_s}")
     need(res.rollout_timeout_s > 0, f"resources.rollout_timeout_s: must be > 0, got {res.rollout_timeout_s}")
     need(res.update_timeout_s > 0, f"resources.update_timeout_s: must be > 0, got {res.update_timeout_s}")
+    need(res.placement_timeout_s > 0, f"resources.placement_timeout_s: must be > 0, got {res.placement_timeout_s}")
     need(res.learner_restores >= 0, f"resources.learner_restores: must be >= 0, got {res.learner_restores}")
     need(res.auto_resume >= 0, f"resources.auto_resume: must be >= 0, got {res.auto_resume}")
     for role in ("rollout", "learner", "reference", "critic", "env"):
