@@ -138,10 +138,16 @@ def by_dataset(samples, key: str, value: Callable[[list[float]], float]) -> dict
     return {key.format(name): value(r) for name, r in sorted(rewards.items())} if len(rewards) > 1 else {}
 
 
+def is_gym_truth(truth) -> bool:
+    """Whether a ground truth is a reasoning-gym row's (it holds the generator's entry); BFCL's rows
+    also carry a "dataset", but no entry."""
+    return isinstance(truth, dict) and "entry" in truth
+
+
 def unparsed_metrics(samples, key: str) -> dict[str, float]:
     """{key: how many replies the verifier could not read} when the samples are reasoning-gym rows
     (their ground truth holds the generator's entry); else nothing."""
-    rows = [s for s in samples if isinstance(s.ground_truth, dict) and "entry" in s.ground_truth]
+    rows = [s for s in samples if is_gym_truth(s.ground_truth)]
     return {key: float(sum(UNPARSED in s.meta for s in rows))} if rows else {}
 
 
@@ -168,7 +174,6 @@ def _answers(rows: list[dict]) -> dict[str, list[str]]:
     """{dataset: its rows' reference answers} of the reasoning-gym rows among `rows`."""
     out: dict[str, list[str]] = {}
     for row in rows:
-        truth = row.get("ground_truth")
-        if isinstance(truth, dict) and "entry" in truth:
+        if is_gym_truth(truth := row.get("ground_truth")):
             out.setdefault(truth["dataset"], []).append(str(truth["entry"]["answer"]))
     return out
