@@ -171,19 +171,21 @@ def recorded_batches(batches: dict):
     """Every step's trained samples as (group, index) keys; a step redone after a resume replaces
     its earlier record (that run's weights were dropped with it)."""
     import relay_trainer.loop as loop
+    from relay_trainer.steps import OneCall
 
     original = loop.step_plan
 
     def recording_plan(*args, **kwargs):
         plan = original(*args, **kwargs)
-        take = plan.take_samples
+        name = "rollout_and_update" if isinstance(plan, OneCall) else "take_samples"
+        take = getattr(plan, name)
 
-        def take_samples(step, timer):
-            samples, metrics = take(step, timer)
-            batches[step] = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for s in samples]
-            return samples, metrics
+        def recorded(step, timer):
+            out = take(step, timer)
+            batches[step] = [(s.group_id, s.meta.get("episode_id", "").rsplit("-", 1)[-1]) for s in out[0]]
+            return out
 
-        plan.take_samples = take_samples
+        setattr(plan, name, recorded)
         return plan
 
     loop.step_plan = recording_plan

@@ -5,7 +5,9 @@ samples (rolled out and scored) -> what the advantages need (reference logprobs,
 logprobs) -> update (the learner builds the Batch and the advantages) -> weight sync -> log ->
 checkpoint. Every arrow is an object ref moving between Ray actors; the driver's process holds
 plain Python and never loads torch. How each phase runs (separate actors, one colocated call, or
-samples from the producer) is decided once at start-up: relay_trainer/steps.py.
+samples from the producer) is decided once at start-up: relay_trainer/steps.py. Old logprobs are
+the learner's own, from the update's forward pass, a no-grad pass before it, or a call of their own
+before the update, as relay/config/resolved.py old_logprobs_source chooses.
 """
 
 from __future__ import annotations
@@ -43,19 +45,24 @@ from relay_trainer.learner_recovery import LearnerRecovery
 from relay_trainer.metrics import publish as publish_ray_metrics
 from relay_trainer.pools import actor_pools, connect
 from relay_trainer.sft import demonstrations, supervised_stage
-from relay_trainer.steps import StepPlan, evaluate, step_plan
+from relay_trainer.steps import OneCall, StepPlan, evaluate, step_plan
 from relay_trainer.weights import sync_weights
 
 
-def train_step(cfg: Config, actors, plan: StepPlan, step: int, kl_ctl, watch: FailureWatch, sample_writer=None) -> dict:
+def train_step(
+    cfg: Config, actors, plan: StepPlan | OneCall, step: int, kl_ctl, watch: FailureWatch, sample_writer=None
+) -> dict:
     """One RL step, its phases in order; returns its metrics. `plan` (relay_trainer/steps.py) runs each
     phase for this run's layout and training.mode, and times it."""
     timer = PhaseTimer()
     with timer("step"):
-        samples, sample_metrics = plan.take_samples(step, timer)  # rolled out and scored
-        inputs = plan.advantage_inputs(samples, timer)  # reference logprobs, values, old logprobs
-        update_metrics = plan.update(inputs, timer)  # the learner builds the Batch and its advantages
-        with timer("sync"):
+        if isinstance(plan, OneCall):  # colocated, nothing between: one actor call rolls out, scores and updates
+            samples, sample_metrics, update_metrics = plan.rollout_and_update(step, timer)
+        else:
+            samples, sample_metrics = plan.take_samples(step, timer)  # rolled out and scored
+            inputs = plan.advantage_inputs(samples, timer)  # reference logprobs, values, old logprobs
+            update_metrics = plan.update(inputs, timer)  # the learner builds the Batch and its advantages
+        with timer("sync"):  # colocated: the update already tagged the shared module, no copy
             plan.sync_weights(step + 1)
     if sample_writer is not None:  # a few whole episodes as text: runs/<name>/samples/
         sample_writer.write(step + 1, samples)

@@ -1,11 +1,12 @@
 """How the driver's step runs its phases on the actors, decided once at start-up (`step_plan`).
 
-Every step has the same phases, in driver.py's order: take samples (rolled out and scored) ->
-what the advantages need (reference logprobs, values, old logprobs) -> update -> weight sync.
+A step's phases, in the loop's order (relay_trainer/loop.py train_step): take samples (rolled out
+and scored) -> what the advantages need (reference logprobs, values, old logprobs) -> update ->
+weight sync.
 `ActorCalls` makes the calls of each phase on separate actors, its samples rolled out now
 (`collect`) or by the producer while earlier steps trained (training.mode one_step_off / async);
 `OneCall` is a colocated sync step with nothing to do between rollout and update: one actor
-call runs both, and the later phases hand back what it returned.
+call runs both (`rollout_and_update`), the loop's other branch.
 """
 
 from __future__ import annotations
@@ -292,13 +293,13 @@ class ActorCalls:
 class OneCall:
     """A colocated sync step in one call (one round trip instead of two; the samples cross once).
     The actor rolls out, then updates on the trainable samples, finding its own old logprobs,
-    and times both phases; the later phases hand back what the call returned."""
+    and times both phases."""
 
     def __init__(self, settings: StepSettings, actors, prompts: PromptIterator, kl_ctl):
         self.settings, self.actors, self.prompts, self.kl_ctl = settings, actors, prompts, kl_ctl
-        self.update_metrics: dict[str, float] = {}
 
-    def take_samples(self, step, timer):
+    def rollout_and_update(self, step: int, timer: PhaseTimer) -> tuple[list[Sample], dict, dict[str, float]]:
+        """(samples, their rollout metrics, the update's metrics)."""
         actors, called = self.actors, timer.elapsed()
         rows, seed_round, kl_coef = (
             self.prompts.take(self.settings.prompts_per_step),
@@ -310,7 +311,7 @@ class OneCall:
             call = actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
             return actors.faults.get(call, actors.learner, "step", long=True)
 
-        samples, rollout_metrics, self.update_metrics, seconds = actors.recovery.run(one_call, "step")
+        samples, rollout_metrics, update_metrics, seconds = actors.recovery.run(one_call, "step")
         actors.recovery.keep(trainable(samples), kl_coef=kl_coef)  # what the call's update trained on
         actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
         timer.seconds.update(seconds)
@@ -318,13 +319,8 @@ class OneCall:
         timer.starts.update(
             {keys.phase_start("rollout"): called, keys.phase_start("update"): called + seconds[keys.ROLLOUT_S]}
         )
-        return samples, {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, self.settings.games)}
-
-    def advantage_inputs(self, samples, timer):
-        return {}  # none: no reference or critic here, and the update found its own old logprobs
-
-    def update(self, inputs, timer):
-        return self.update_metrics  # the call's update, already run
+        sample_metrics = {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, self.settings.games)}
+        return samples, sample_metrics, update_metrics
 
     def sync_weights(self, version):
         sync_weights(self.actors, version)  # the update tagged the shared module's weights: no copy

@@ -236,7 +236,7 @@ def test_a_colocated_step_places_its_rollout_and_update_one_after_the_other():
     plan.kl_ctl = SimpleNamespace(value=0.0)
     timer = PhaseTimer()
     time.sleep(0.01)
-    plan.take_samples(0, timer)
+    plan.rollout_and_update(0, timer)
     starts = timer.timeline()
     assert 0.01 <= starts[keys.phase_start("rollout")] < timer.elapsed()
     assert starts[keys.phase_start("update")] == pytest.approx(starts[keys.phase_start("rollout")] + 0.5)
