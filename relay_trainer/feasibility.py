@@ -57,8 +57,8 @@ def wait_placed(groups: list, timeout_s: float, say_after_s: float = 20.0) -> No
                 f"the Ray cluster has no room for {unplaced(pending.values())} after {timeout_s:g} s "
                 f"(resources.placement_timeout_s); {free_resources()}"
             )
-        wait_s = min(timeout_s, say_after_s if not said else timeout_s) - waited
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(wait_s, 0.0))
+        until = timeout_s if said else min(say_after_s, timeout_s)
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(until - waited, 0.0))
         for ref in ready:
             ray.get(ref)
             del pending[ref]
