@@ -1,13 +1,15 @@
 """The elastic rollout pool on a one-machine autoscaling cluster, with whole nodes lost mid-step.
 
-    python benchmarks/elastic.py [--steps 12] [--seed 0] [--no-env-kill]
+    python benchmarks/elastic.py [--steps 12] [--seed 0] [--no-env-kill] [--no-learner-kill]
 
 A head and Ray's autoscaler on the fake multi-node provider (scripts/local_cluster.py: every node a
-real raylet on this machine, its CPUs logical), with up to 3 worker nodes: rollout nodes of 2 CPUs
-(one rollout worker each) and an environment node (the EnvPool that scores every episode,
-task.reward_actor). The learner runs on the head. The tiny default task trains with
-`resources.rollout.count={min: 1, max: 2}` and a reward that takes 0.1 s an episode
-(tests/e2e/elastic_rewards.py), so rollout holds each step up and the pool asks for a second node.
+real raylet on this machine, its CPUs logical), with up to 4 worker nodes: rollout nodes of 2 CPUs
+(one rollout worker each), an environment node (the EnvPool that scores every episode,
+task.reward_actor) and the learner's node (`learner_node`, resources.learner.node_resource), of
+which the autoscaler keeps one up (min_workers 1), as a cluster keeps its training node. The tiny
+default task trains with `resources.rollout.count={min: 1, max: 2}` and a reward that takes 0.1 s
+an episode (tests/e2e/elastic_rewards.py), so rollout holds each step up and the pool asks for a
+second node.
 
 Two runs on the same cluster with the same seeds: `calm`, undisturbed, then `disturbed`. In both,
 once the pool first asks for a second worker the loop waits (in its per-step report) until that
@@ -16,14 +18,19 @@ step for step until the pools part. In `disturbed`, once the added worker has ro
   1. the node holding the environment pool is killed a third of a rollout into the next step: its
      raylet and every process under it (SIGKILL), so every actor on it dies at once, as when a
      machine fails (not with --no-env-kill);
-  2. then, in the step after, the added rollout worker's node is killed the same way.
-After each run the benchmark waits for the autoscaler's own report (the dashboard's
-/api/cluster_status, what `ray status` prints) to list the head alone: idle nodes go back.
+  2. then, in the step after, the added rollout worker's node is killed the same way;
+  3. then, in the step after, the learner's node (not with --no-learner-kill): the run waits for the
+     autoscaler's replacement node, and the learner is restored there from its last checkpoint plus
+     the updates since (relay_trainer/learner_recovery.py).
+Before the first run and after each, the benchmark waits for the autoscaler's own report (the
+dashboard's /api/cluster_status, what `ray status` prints) to list the head and the learner node
+alone: idle nodes go back, the learner's stays.
 
 Everything counted is read from records: the GCS node and actor tables (nodes added and removed,
 which node each worker ran on, when a node joined) and the run folder (benchmarks/elastic_records.py:
 each step's trained episodes by group from samples/, each worker's first rollout from
-metrics.jsonl). One line per run, then the summary line. Numbers, never assertions.
+metrics.jsonl, the learner's restores from its faults/learner_restores). One line per run, then the
+summary line. Numbers, never assertions.
 """
 
 from __future__ import annotations
@@ -59,43 +66,50 @@ from benchmarks.elastic_records import (  # noqa: E402
     step_episodes,
 )
 from relay.config import load_config  # noqa: E402
-from scripts.local_cluster import HEAD, REPO, active_types, gcs_nodes, get, start, stop  # noqa: E402
+from scripts.local_cluster import HEAD, REPO, active_types, camel, gcs_nodes, get, start, stop  # noqa: E402
 
 IDLE_TIMEOUT_S = 12  # the autoscaler's idle timeout: short, so the nodes' going back is seen
 PROMPTS, N = 4, 4  # a step: 4 prompts x 4 episodes, split over the rolling workers
+# what the autoscaler keeps with no run asking for more: the head and one learner node (min_workers)
+KEPT = {HEAD: 1, camel("learner_worker"): 1}
 RUN_ARGS = [
     "resources.rollout.count={min: 1, max: 2}",
     "resources.rollout.cpus=2",  # a rollout node holds one worker
-    "resources.learner.node_resource=null",  # on the head
+    "resources.learner.node_resource=learner_node",  # on a node of its own, which a kill can take
     "resources.env={count: 1, cpus: 1, node_resource: env_node}",
     "task.reward_fn=tests.e2e.elastic_rewards:slow_arithmetic",
     "task.reward_actor=true",  # scored in the environment pool: a node kill there loses shards too
     "resources.max_restarts=-1",
     f"training.prompts_per_step={PROMPTS}", f"rollout.n={N}", "task.num_eval_rows=4",
-    "training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=false",
+    # a learner lost with its node is restored from the last checkpoint plus the updates kept since:
+    # a checkpoint every 4 steps bounds that replay, as a real run's checkpoint.every does
+    "training.eval_before=false", "checkpoint.every=4", "checkpoint.save_hf_model=false",
     "logging.samples_every=1", "logging.samples_per_write=1000",  # every trained episode, every step
 ]  # fmt: skip
 
 
 def cluster_config() -> dict:
-    """cluster.local.yaml with this benchmark's node types: rollout nodes and an environment node."""
+    """cluster.local.yaml with this benchmark's node types: rollout nodes, an environment node and a learner node."""
     config = yaml.safe_load((REPO / "cluster.local.yaml").read_text())
     # the fake provider, but a node whose raylet is killed is reported gone, as a cloud's would be:
     # the autoscaler replaces it instead of waiting on it as a node still starting
     config["provider"].update(type="external", module="scripts.local_provider.LocalProvider")
-    config["max_workers"] = 3
+    config["max_workers"] = 4  # 2 rollout, 1 environment, 1 learner
     head = config["available_node_types"][HEAD]
     config["available_node_types"] = {
         HEAD: head,
         "rollout_worker": {"resources": {"CPU": 2, "rollout_node": 1}, "node_config": {}, "max_workers": 3},
         "env_worker": {"resources": {"CPU": 1, "env_node": 1}, "node_config": {}, "max_workers": 2},
+        # one CPU: the learner's (resources.learner.cpus), so no unlabelled actor lands beside it; up
+        # before a run asks for it, and replaced when killed, as min_workers asks
+        "learner_worker": {"resources": {"CPU": 1, "learner_node": 1}, "node_config": {}, "min_workers": 1},
     }
     return config
 
 
 @dataclass
 class Kill:
-    what: str  # "rollout-1's node", "env-0's node"
+    what: str  # "rollout-1's node", "env-0's node", "learner-0's node"
     node: str
     step: int  # the step it was aimed at; `describe` reads the step it landed in from the run's timeline
     at: float  # unix time
@@ -131,13 +145,13 @@ class Pacer:
     that worker is up, so that it joins at the same step in both runs: their pools then match step
     for step until a kill, and so do their seeds and rewards. Then the disturbed run's kills, each
     armed from the step metrics and fired a while into the next step, inside its rollout (a third
-    of the median step's rollout seconds):
-      1. (with env_kill) once the added worker has rolled out a step: the environment pool's node;
-      2. after that step (or, without env_kill, the same condition): the added worker's node."""
+    of the median step's rollout seconds), in the order of `plan`:
+      1. ("env-0") once the added worker has rolled out a step: the environment pool's node;
+      2. ("rollout-1") after that step (or, first, the same condition): the added worker's node;
+      3. ("learner-0") after the step of the kill before: the learner's node."""
 
     run: str
-    kill: bool  # the disturbed run
-    env_kill: bool
+    plan: list[str]  # the actors whose nodes are killed, in order; none: the calm run
     kills: list[Kill] = field(default_factory=list)
     workers: list[int] = field(default_factory=list)  # rollout/workers after each step
     threads: list[threading.Thread] = field(default_factory=list)
@@ -148,15 +162,18 @@ class Pacer:
         self.workers.append(int(metrics["rollout/workers"]))
         if metrics["rollout/workers_wanted"] > 1 and max(self.workers) == 1 and not self.held_s:
             self.held_s = self._hold("rollout-1")
-        if not self.kill:
+        if len(self.kills) == len(self.plan):
             return
         whole = self.workers[-2:] == [2, 2]  # the added worker rolled out the last step
         self.rollout_s.append(metrics["time/rollout_s"])
         delay = 0.35 * sorted(self.rollout_s)[len(self.rollout_s) // 2]  # a kill's own long step does not count
-        if not self.kills and whole:
-            self._fire(step + 1, "env-0" if self.env_kill else "rollout-1", delay)
-        elif len(self.kills) == 1 and self.env_kill and self.kills[0].step == step and whole:
-            self._fire(step + 1, "rollout-1", delay)
+        actor = self.plan[len(self.kills)]
+        if actor == "learner-0":  # any step after the kill before: the learner is always there to kill
+            ready = not self.kills or self.kills[-1].step <= step
+        else:  # the added worker must be rolling out, so that its node and the pool's matter
+            ready = (not self.kills or self.kills[-1].step == step) and whole
+        if ready:
+            self._fire(step + 1, actor, delay)
 
     def _hold(self, actor: str, limit_s: float = 300.0) -> float:
         t0 = time.monotonic()
@@ -194,15 +211,15 @@ def run(cluster, name: str, steps: int, seed: int, out: Path, pacer: Pacer) -> d
     for thread in pacer.threads:
         thread.join()
     ended = time.time()
-    went_back = wait_idle(cluster)
+    went_back = wait_kept(cluster)
     return dict(name=name, started=started, ended=ended, went_back=went_back, stopped=stopped, run_dir=out / name)
 
 
-def wait_idle(cluster, limit_s: float = 300) -> float | None:
-    """Seconds until the autoscaler's report lists the head alone (None: not within limit_s)."""
+def wait_kept(cluster, limit_s: float = 300) -> float | None:
+    """Seconds until the autoscaler's report lists the head and the learner node alone (None: not within limit_s)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        if active_types(cluster) == {HEAD: 1}:
+        if active_types(cluster) == KEPT:
             return time.monotonic() - t0
         time.sleep(1)
     return None
@@ -227,7 +244,8 @@ def describe(cluster, result: dict, kills: list[Kill]) -> dict:
     }
     episodes = step_episodes(run_dir)
     lost, duplicated = lost_and_duplicated(episodes, PROMPTS, N)
-    faults = {k: sum(m.get(k, 0.0) for m in metrics) for k in ("faults/retried_shards", "faults/restarts")}
+    counted = ("faults/retried_shards", "faults/restarts", "faults/learner_restores")
+    faults = {k: sum(m.get(k, 0.0) for m in metrics) for k in counted}
     step_s = {k.step: metrics[k.step - 1]["time/step_s"] for k in kills if k.step <= len(metrics)}
     return dict(
         steps=len(metrics), added=len(mine), removed=len(removed), kills=len(kills), lost=lost,
@@ -244,9 +262,10 @@ def line(name: str, d: dict, result: dict, steps: int) -> str:
         f"elastic {name}: steps {d['steps']}/{steps}, workers per step {''.join(map(str, d['workers']))}, "
         f"nodes added {d['added']}, nodes removed {d['removed']}, node kills {d['kills']}, lost samples {d['lost']}, "
         f"duplicated samples {d['duplicated']}, retried shards {d['faults']['faults/retried_shards']:g}, "
-        f"restarts {d['faults']['faults/restarts']:g}; node join to first rollout: {joins}; "
+        f"restarts {d['faults']['faults/restarts']:g}, learner restores {d['faults']['faults/learner_restores']:g}; "
+        f"node join to first rollout: {joins}; "
         + "".join(f"kill step {k} took {v:.1f} s (median step {d['median_step_s']:.1f} s); " for k, v in d["step_s"].items())
-        + (f"head alone {back:.1f} s after the run" if back is not None else "nodes still up 300 s after the run")
+        + (f"head and learner node alone {back:.1f} s after the run" if back is not None else "other nodes up at 300 s")
         + (f"; stopped: {result['stopped']}" if result["stopped"] else "")
     )
 
@@ -255,15 +274,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-env-kill", action="store_true", help="kill the added rollout worker's node only")
+    parser.add_argument("--no-env-kill", action="store_true", help="do not kill the environment pool's node")
+    parser.add_argument("--no-learner-kill", action="store_true", help="do not kill the learner's node")
     parser.add_argument("--keep", action="store_true", help="keep the run folders and the cluster's logs")
     args = parser.parse_args()
     out = Path(f"/tmp/relay-elastic-{os.getpid()}")
     cluster = start(cluster_config(), idle_timeout_s=IDLE_TIMEOUT_S)
     os.environ["RAY_AUTH_TOKEN_PATH"] = cluster.env["RAY_AUTH_TOKEN_PATH"]
     try:
-        calm = run(cluster, "calm", args.steps, args.seed, out, Pacer("calm", False, False))
-        disturber = Pacer("disturbed", True, not args.no_env_kill)
+        if wait_kept(cluster) is None:  # both runs start with the learner node up, not waiting for it
+            print("elastic: the learner node was not up within 300 s", flush=True)
+        calm = run(cluster, "calm", args.steps, args.seed, out, Pacer("calm", []))
+        plan = ["env-0"] * (not args.no_env_kill) + ["rollout-1"] + ["learner-0"] * (not args.no_learner_kill)
+        disturber = Pacer("disturbed", plan)
         disturbed = run(cluster, "disturbed", args.steps, args.seed, out, disturber)
         c, d = describe(cluster, calm, []), describe(cluster, disturbed, disturber.kills)
         print(line("calm", c, calm, args.steps), flush=True)
@@ -275,7 +298,8 @@ def main() -> None:
         joins = [s for s in d["join_to_first"].values()]
         print(
             f"elastic: nodes added {d['added']}, nodes removed {d['removed']}, node kills {d['kills']}, "
-            f"lost samples {d['lost']}, duplicated samples {d['duplicated']}; node join to first rollout "
+            f"lost samples {d['lost']}, duplicated samples {d['duplicated']}, "
+            f"learner restores {d['faults']['faults/learner_restores']:g}; node join to first rollout "
             + (f"{min(joins):.1f}-{max(joins):.1f} s" if joins else "n/a")
             + f"; kills: {kill_steps}; rewards equal the calm run's group by group on its first {k} steps "
             f"(the pools matched there; kill steps among them: {', '.join(covered) or 'none'}): {same}",
