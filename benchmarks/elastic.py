@@ -102,7 +102,7 @@ def cluster_config() -> dict:
         "env_worker": {"resources": {"CPU": 1, "env_node": 1}, "node_config": {}, "max_workers": 2},
         # one CPU: the learner's (resources.learner.cpus), so no unlabelled actor lands beside it; up
         # before a run asks for it, and replaced when killed, as min_workers asks
-        "learner_worker": {"resources": {"CPU": 1, "learner_node": 1}, "node_config": {}, "min_workers": 1},
+        "learner_worker": {"resources": {"CPU": 1, "learner_node": 1}, "node_config": {}, "min_workers": 1, "max_workers": 1},
     }
     return config
 
