@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.fault_matrix_nodes import NODE, NODE_ROLES, node_cluster, node_cpus, node_overrides
 from relay.config import load_config
 from relay.fault_points import KINDS, PROCESS_KINDS, disarm
 from relay.run.auto_resume import train_with_auto_resume
@@ -112,8 +113,13 @@ class Outcome:
 
 def applies(cell: Cell) -> bool:
     """Whether the cell exists: its point is reached in that mode and layout, and the transport is
-    one that point can meet (weight loads: each transport; every other point: the default one)."""
+    one that point can meet (weight loads: each transport; every other point: the default one). A
+    node-loss cell's role has a node of its own: with the rollout workers or the learner there,
+    weights go through the object store."""
     p, colocated = cell.point, cell.layout == "colocated"
+    if cell.kind == NODE:
+        remote = "object_store" if NODE_ROLES.get(p, ("",))[0] in ("rollout", "learner") else "shared_memory"
+        return p in NODE_ROLES and not colocated and cell.transport == remote
     if colocated and (cell.mode != "sync" or cell.transport != "none"):
         return False  # one module, trained and generated from in turn: sync only
     if p.startswith("weights.load."):
@@ -129,7 +135,7 @@ def all_cells() -> list[Cell]:
     cells = [
         Cell(point, kind, mode, layout, transport)
         for point in POINTS
-        for kind in KINDS
+        for kind in (*KINDS, NODE)
         for mode in MODES
         for layout in LAYOUTS
         for transport in ("shared_memory", "object_store", "broadcast", "none")
@@ -163,6 +169,8 @@ def cell_config(cell: Cell, out: Path, name: str, faulty: bool, seed: int = 0):
     ]
     if cell.transport == "broadcast":
         overrides.append("resources.weight_sync=broadcast")
+    if cell.kind == NODE:
+        overrides += node_overrides(cell.point)
     return load_config(REPO / config, overrides)
 
 
@@ -210,7 +218,16 @@ def object_store_only(on: bool):
 
 
 def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 0) -> Outcome:
-    """One run of the cell's configuration; with `faulty`, the fault is armed after step ARM_AFTER."""
+    """One run of the cell's configuration; with `faulty`, the fault is armed after step ARM_AFTER.
+    A node-loss cell runs on a cluster of its own (benchmarks/fault_matrix_nodes.py)."""
+    if cell.kind != NODE:
+        return run_cell_on(None, cell, out, faulty, log, seed)
+    cpus = node_cpus(cell_config(cell, out, "sizing", faulty, seed), cell.point)
+    with node_cluster(cell.point, cpus) as loss:
+        return run_cell_on(loss, cell, out, faulty, log, seed)
+
+
+def run_cell_on(loss, cell: Cell, out: Path, faulty: bool, log, seed: int) -> Outcome:
     from relay_trainer.loop import train
 
     name = f"cell-{abs(hash((cell, faulty, out))) % 10**8}"
@@ -223,7 +240,10 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 
         outcome.faults.update({k: v for k, v in metrics.items() if k.startswith("faults/")})
         if faulty and step == ARM_AFTER and not tokens:
             # slow: past every deadline the point can be under (a rollout shard's, an update's)
-            tokens.append(arm_run(name, cell.point, cell.kind, out, slow_s=ROLLOUT_TIMEOUT_S + 5))
+            kind = "hang" if loss else cell.kind  # the actor stops at the point; then its node dies
+            tokens.append(arm_run(name, cell.point, kind, out, slow_s=ROLLOUT_TIMEOUT_S + 5))
+            if loss:
+                loss.lose_on(tokens[0])
 
     def run(c, resume=False):
         return train(c, resume=resume, report=report)
@@ -232,7 +252,7 @@ def run_cell(cell: Cell, out: Path, faulty: bool = True, log=print, seed: int = 
         return cell_config(cell, out, run_name, faulty, seed)
 
     resumes = []
-    with recorded_batches(batches), object_store_only(cell.transport == "object_store"):
+    with recorded_batches(batches), object_store_only(cell.transport == "object_store" and not loss):
         try:
             train_with_auto_resume(run, cfg, False, [], named, log=lambda line: (resumes.append(line), log(line)))
         except Exception as e:  # the cell's verdict names it
@@ -261,7 +281,7 @@ def judged_cell(cell: Cell, out: Path, baselines: dict, log=print, seed: int = 0
     per `baselines` (configuration -> rewards)."""
     outcome = run_cell(cell, out, log=log, seed=seed)
     if cell.mode == "sync" and not outcome.error:
-        key = (cell.task, cell.layout, cell.transport, seed)
+        key = (cell.task, cell.layout, cell.transport, seed, cell.kind == NODE and NODE_ROLES[cell.point][0])
         if key not in baselines:
             baselines[key] = run_cell(cell, out, faulty=False, log=log, seed=seed).rewards
         outcome.same_rewards = outcome.rewards == baselines[key]

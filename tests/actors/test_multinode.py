@@ -11,13 +11,12 @@ because this cluster runs without a dashboard (it is tested in tests/e2e/test_ra
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 
 import pytest
 import ray
 
+from benchmarks.local_nodes import local_cluster
 from relay.config import ConfigError, RoleResources, load_config
 from relay_trainer.feasibility import NODE_RESOURCE_SHARE, role_bundle
 from tests.prometheus import scrape
@@ -43,37 +42,11 @@ def test_node_resource_must_be_a_custom_resource():
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    with pytest.MonkeyPatch.context() as mp:
-        # Cluster writes its address to /tmp/ray/ray_current_cluster, where any plain
-        # ray.init() on this machine (another test run, another user) would then connect to it.
-        mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
-        c = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 2,
-                "num_gpus": 1,
-                "resources": {"learner_node": 1},
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "dashboard_agent_listen_port": None,
-                "_system_config": {"metrics_report_interval_ms": 1000},  # the read-back waits 1 s, not 10
-            },
-        )
-        nodes = {
-            "learner": c.head_node,
-            "rollout": c.add_node(num_cpus=2, resources={"rollout_node": 1}, temp_dir=temp_dir),
-        }
-    try:
-        c.wait_for_nodes()
-        ray.init(address=c.address, namespace="relay")
-        yield c, {role: node.node_id for role, node in nodes.items()}
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    head = {"num_cpus": 2, "num_gpus": 1, "resources": {"learner_node": 1}}
+    rollout = {"num_cpus": 2, "resources": {"rollout_node": 1}}
+    metrics_each_second = {"metrics_report_interval_ms": 1000}  # the read-back waits 1 s, not 10
+    with local_cluster(head, (rollout,), metrics_each_second) as (c, [rollout_node], _):
+        yield c, {"learner": c.head_node.node_id, "rollout": rollout_node.node_id}
 
 
 def actor_nodes(prefix: str) -> dict[str, str]:

@@ -13,14 +13,13 @@ tests/e2e/test_elastic_pool.py and benchmarks/elastic.py do the same on Ray's re
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 
 import pytest
 import ray
 
 from benchmarks.elastic_records import lost_and_duplicated, read_metrics, step_episodes
+from benchmarks.local_nodes import local_cluster
 from relay.config import load_config
 
 PROMPTS, N = 4, 4
@@ -33,30 +32,9 @@ def alive(name: str) -> bool:
 
 @pytest.fixture
 def two_node_cluster():
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    with pytest.MonkeyPatch.context() as mp:
-        # Cluster writes its address where any plain ray.init() on this machine would then join it
-        mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 2,  # the learner and the first rollout worker: no room for a second
-                "resources": {"rollout_node": 1},
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "dashboard_agent_listen_port": None,
-            },
-        )
-    ray.shutdown()  # a shared Ray of an earlier file
-    try:
-        ray.init(address=cluster.address, namespace="relay", log_to_driver=False)
+    # the head holds the learner and the first rollout worker: no room for a second
+    with local_cluster({"num_cpus": 2, "resources": {"rollout_node": 1}}) as (cluster, _, temp_dir):
         yield cluster, temp_dir
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_node_joins_the_pool_and_losing_it_loses_no_sample(two_node_cluster, tmp_path):

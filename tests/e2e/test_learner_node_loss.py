@@ -14,8 +14,6 @@ exactly rollout.n times, and faults/learner_restores counts the restore.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 import ray
 
 from benchmarks.elastic_records import lost_and_duplicated, read_metrics, step_episodes
+from benchmarks.local_nodes import local_cluster
 from relay.config import load_config
 
 PROMPTS, N, STEPS = 4, 4, 4
@@ -34,35 +33,10 @@ LABEL = {"learner_node": 1}
 
 @pytest.fixture
 def learner_node_cluster():
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: unix socket paths
-    with pytest.MonkeyPatch.context() as mp:
-        # Cluster writes its address where any plain ray.init() on this machine would then join it
-        mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None)
-        # the test adds a node from a thread (the driver's thread waits in the run), and a node sets
-        # a SIGTERM handler, which only the main thread may; cluster.shutdown stops the nodes anyway
-        mp.setattr(ray._private.utils, "set_sigterm_handler", lambda *args, **kwargs: None)
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,  # the rollout worker, pinned here: it would take the learner's node's CPU
-                "resources": {"rollout_node": 1},
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "dashboard_agent_listen_port": None,
-            },
-        )
-        ray.shutdown()  # a shared Ray of an earlier file
-        try:
-            node = cluster.add_node(num_cpus=1, resources=LABEL, temp_dir=temp_dir)
-            ray.init(address=cluster.address, namespace="relay", log_to_driver=False)
-            cluster.wait_for_nodes()
-            yield cluster, node, temp_dir
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
+    # the head's one CPU is the rollout worker's, pinned there: it would take the learner's node's CPU
+    head = {"num_cpus": 1, "resources": {"rollout_node": 1}}
+    with local_cluster(head, ({"num_cpus": 1, "resources": LABEL},)) as (cluster, [node], temp_dir):
+        yield cluster, node, temp_dir
 
 
 def hold_in_loss(marker: str):
