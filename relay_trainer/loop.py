@@ -70,7 +70,7 @@ def train_step(
         keys.WEIGHTS_VERSION: step + 1,
         keys.STALENESS: step - min(s.weight_version for s in samples),
         **sample_metrics,
-        **batch_signals(samples, cfg.tools.enabled),  # what the health rules read off the samples
+        **batch_signals(samples, cfg.tools.enabled, cfg.task.success_threshold),  # what the health rules read
         **update_metrics,  # with the learner's rollout/logprob_diff_max and (a reference's) kl/mean
         **timer.seconds,
         **timer.timeline(),  # where the step and its phases began: python -m relay.run.plot --timeline

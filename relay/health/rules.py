@@ -219,17 +219,21 @@ def logprob_gap(v: View, c: HealthConfig) -> Check | None:
 
 
 def zero_advantage(v: View, c: HealthConfig) -> Check | None:
-    now = v.get(keys.ZERO_ADV_GROUPS)
-    if now is None:
+    if v.get(keys.ZERO_ADV_GROUPS) is None:
         return None
     # as many steps as it takes to see zero_adv_min_groups groups: 4 groups a step, all failing
     # by chance at a 0.03 success rate, are equal for 3 steps in a row 1 time in 20
     per_step = max(1.0, v.get(keys.GROUPS) or 1.0)
     steps = max(c.zero_adv_steps, math.ceil(c.zero_adv_min_groups / per_step))
-    run = v.recent(keys.ZERO_ADV_GROUPS, steps - 1) + [now]
+    equal = v.recent(keys.ZERO_ADV_GROUPS, steps - 1) + [v.get(keys.ZERO_ADV_GROUPS)]
+    solved = v.recent(keys.SOLVED_GROUPS, steps - 1) + [v.get(keys.SOLVED_GROUPS) or 0.0]
+    # A group that solved its prompt in every episode has no signal left because the task is learnt
+    # there, not because learning stalled: only the other equal groups count.
+    run = [e - s for e, s in zip(equal, [0.0] * (len(equal) - len(solved)) + solved)]
+    now = run[-1]
     tripped = len(run) == steps and min(run) >= c.zero_adv_frac
     detail = (
-        f"share of groups with all-equal rewards {now:.3g}, at least {c.zero_adv_frac:g} for {len(run)} steps "
+        f"share of groups with all-equal rewards, not all solved, {now:.3g}, at least {c.zero_adv_frac:g} for {len(run)} steps "
         f"(health.zero_adv_frac={c.zero_adv_frac:g}, health.zero_adv_steps={c.zero_adv_steps}, "
         f"health.zero_adv_min_groups={c.zero_adv_min_groups})"
     )

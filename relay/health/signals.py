@@ -15,9 +15,10 @@ from relay.types import FinishReason, Sample
 CUT = (FinishReason.LENGTH, FinishReason.BUDGET)  # the episode ran into a token cap
 
 
-def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float]:
-    """rollout/episodes, rollout/groups, response/truncated_frac, response/top_share, groups/zero_adv_frac; with
-    `tools` (a tool task) tools/calls_per_episode; with reward-model scores rm/rule_correlation."""
+def batch_signals(samples: list[Sample], tools: bool = False, success_threshold: float = 1.0) -> dict[str, float]:
+    """rollout/episodes, rollout/groups, response/truncated_frac, response/top_share, groups/zero_adv_frac,
+    groups/solved_frac (every episode's reward at least `success_threshold`); with `tools` (a tool
+    task) tools/calls_per_episode; with reward-model scores rm/rule_correlation."""
     if not samples:
         return {}
     n = len(samples)
@@ -33,6 +34,7 @@ def batch_signals(samples: list[Sample], tools: bool = False) -> dict[str, float
         keys.TRUNCATED_FRAC: sum(s.finish_reason in CUT for s in samples) / n,
         keys.TOP_RESPONSE_SHARE: texts.most_common(1)[0][1] / len(groups),
         keys.ZERO_ADV_GROUPS: sum(len({s.reward for s in g}) == 1 for g in groups.values()) / len(groups),
+        keys.SOLVED_GROUPS: sum(min(s.reward for s in g) >= success_threshold for g in groups.values()) / len(groups),
     }
     if tools:
         out[keys.TOOL_CALLS_PER_EPISODE] = sum(len(s.tool_calls) for s in samples) / n

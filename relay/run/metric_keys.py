@@ -79,6 +79,7 @@ TRUNCATED_FRAC = "response/truncated_frac"  # episodes a token cap cut (finish l
 GROUPS = "rollout/groups"  # prompts (groups of samples) in the step
 TOP_RESPONSE_SHARE = "response/top_share"  # share of groups holding the batch's most common response text
 ZERO_ADV_GROUPS = "groups/zero_adv_frac"  # groups whose rewards are all equal (no group-relative signal)
+SOLVED_GROUPS = "groups/solved_frac"  # groups whose every episode succeeded (task.success_threshold)
 TOOL_CALLS_PER_EPISODE = "tools/calls_per_episode"  # tool tasks (tools.enabled) only
 RM_RULE_CORRELATION = "rm/rule_correlation"  # across the batch: reward-model score vs rule reward
 HEALTH_ALARMS = "health/alarms"  # rules tripped at the step

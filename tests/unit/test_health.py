@@ -112,6 +112,21 @@ def test_zero_advantage_fires_after_its_steps_in_a_row():
     assert "at least 1 for 3 steps" in lines[0]
 
 
+def test_zero_advantage_leaves_groups_that_solved_their_prompt_out():
+    # every group equal for 4 steps; from step 2 on a quarter of them solved in every episode: no
+    # alarm, the signal left the solved groups because the task is learnt there
+    solved = (0.0, 0.25, 0.25, 0.25)
+    steps = [{keys.ZERO_ADV_GROUPS: 1.0, keys.SOLVED_GROUPS: s, keys.GROUPS: 16} for s in solved]
+    outs, _, _ = run(steps)
+    assert fired(outs, "zero_advantage") == []
+    assert outs[-1]["health/zero_advantage"] == 0.75
+    # solved everywhere (a run that learnt the task) is no alarm either; stuck everywhere is
+    outs, _, _ = run([{keys.ZERO_ADV_GROUPS: 1.0, keys.SOLVED_GROUPS: 1.0, keys.GROUPS: 16}] * 4)
+    assert fired(outs, "zero_advantage") == []
+    outs, _, _ = run([{keys.ZERO_ADV_GROUPS: 1.0, keys.SOLVED_GROUPS: 0.0, keys.GROUPS: 16}] * 4)
+    assert fired(outs, "zero_advantage") == [3]
+
+
 def test_zero_advantage_waits_for_its_minimum_of_groups():
     # 4 groups a step: 3 steps hold 12 < zero_adv_min_groups=16 groups; the fourth step makes 16
     outs, lines, _ = run([{keys.ZERO_ADV_GROUPS: v, keys.GROUPS: 4} for v in (0.5, 1.0, 1.0, 1.0, 1.0)])
@@ -276,8 +291,10 @@ def test_batch_signals():
         keys.TRUNCATED_FRAC: 2 / 8,
         keys.TOP_RESPONSE_SHARE: 2 / 4,  # "1" is in groups 0 and 1 of 4
         keys.ZERO_ADV_GROUPS: 2 / 4,
+        keys.SOLVED_GROUPS: 1 / 4,  # group 0: every episode reached the success threshold
         keys.TOOL_CALLS_PER_EPISODE: 2 / 8,
     }
+    assert batch_signals(samples, success_threshold=0.0)[keys.SOLVED_GROUPS] == 1.0
     assert keys.TOOL_CALLS_PER_EPISODE not in batch_signals(samples)  # not a tool task
     assert batch_signals([]) == {}
 
@@ -356,7 +373,9 @@ def test_a_solved_held_out_set_is_no_hacking():
 
 
 def test_zero_advantage_steps_beyond_the_kept_windows():
-    cfg = HealthConfig(window=1, zero_adv_steps=4, zero_adv_min_groups=1)  # 2 x window = 2 values kept would never make 4
+    cfg = HealthConfig(
+        window=1, zero_adv_steps=4, zero_adv_min_groups=1
+    )  # 2 x window = 2 values kept would never make 4
     outs, _, _ = run([{keys.ZERO_ADV_GROUPS: v} for v in (0.5, 1.0, 1.0, 1.0, 1.0)], cfg)
     assert fired(outs, "zero_advantage") == [5]
 
