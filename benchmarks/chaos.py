@@ -21,7 +21,9 @@ depend on timing in async mode, so `same rewards` is not printed.
 
 `--matrix` runs the fault matrix instead (benchmarks/fault_matrix.py): one short run per cell
 (fault point x kind x training.mode x layout x weight transport, filtered by the options), all
-seeded `--seed`, one line per cell, then the passed counts by mode and layout.
+seeded `--seed`, one line per cell, then the passed counts by mode and layout. Kind `node`
+(`--kinds node`) is a whole node lost at the point, each cell on a two-raylet cluster of its own
+(benchmarks/fault_matrix_nodes.py).
 
 default: configs/default.yaml (2-digit addition), 2 rollout workers, 2 env pools.
 tool:    configs/math_tool.yaml (sandboxed Python tool calls, environment steps), 2 rollout

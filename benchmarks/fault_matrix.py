@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODES = ("sync", "one_step_off", "async")
 LAYOUTS = ("separate", "colocated")
 STEPS, ARM_AFTER = 3, 1  # the fault is armed once step 1 is logged: it happens in step 2 (or its checkpoint)
+NODE_STEPS = 5
 CALL_TIMEOUT_S, ROLLOUT_TIMEOUT_S = 8.0, 20.0  # far above a healthy call of the tiny model here
 TASKS = {  # the configuration each point needs, cut to a few seconds a step
     "default": ("configs/default.yaml", []),
@@ -65,6 +66,12 @@ class Cell:
         return f"{self.point}/{self.kind}/{self.mode}/{self.layout}/{self.transport}"
 
     @property
+    def steps(self) -> int:
+        # A lost node in an overlapped mode may take calls made ahead for steps past a 3-step run's
+        # end; with more steps the run needs what the node held.
+        return NODE_STEPS if self.kind == NODE and self.mode != "sync" else STEPS
+
+    @property
     def task(self) -> str:
         return POINT_TASK.get(self.point, "default")
 
@@ -95,8 +102,9 @@ class Outcome:
         if self.cell.ends_the_run():
             return self.fired and "InjectedFault" in self.error
         in_place = self.resumed == 0 or self.cell.stops_by_design()
-        complete = self.steps == STEPS and not self.duplicated and not self.missing_groups
-        return not self.error and self.fired and complete and in_place and self.same_rewards is not False
+        complete = self.steps == self.cell.steps and not self.duplicated and not self.missing_groups
+        seen = self.cell.kind != NODE or any(self.faults.values())  # the run met the loss, not only its end
+        return not self.error and self.fired and seen and complete and in_place and self.same_rewards is not False
 
     def line(self) -> str:
         c = self.cell
@@ -106,7 +114,7 @@ class Outcome:
         same = "" if self.same_rewards is None else f", same rewards {self.same_rewards}"
         why = f": {self.error}" if self.error else ("" if self.fired else ": the fault never happened")
         return (
-            f"{verdict} {c.name}: steps {self.steps}/{STEPS} ({how}), duplicated {self.duplicated}, "
+            f"{verdict} {c.name}: steps {self.steps}/{c.steps} ({how}), duplicated {self.duplicated}, "
             f"missing groups {self.missing_groups}{same}; {counts or 'no faults counted'}{why}"
         )
 
@@ -147,7 +155,7 @@ def cell_config(cell: Cell, out: Path, name: str, faulty: bool, seed: int = 0):
     config, task = TASKS[cell.task]
     overrides = [
         *task,
-        f"training.steps={STEPS}",
+        f"training.steps={cell.steps}",
         "training.prompts_per_step=4",
         "rollout.n=4" if cell.task != "tool" else "rollout.n=2",
         "task.num_eval_rows=4",
