@@ -69,7 +69,6 @@ class NodeLoss:
     def __init__(self, cluster, node, label: str, cpus: float, temp_dir: str):
         self.cluster, self.node, self.label, self.cpus, self.temp_dir = cluster, node, label, cpus, temp_dir
         self.done = threading.Event()
-        self.times: dict[str, float] = {}
 
     def lose_on(self, token: Path) -> None:
         threading.Thread(target=self._lose_and_add_back, args=(token,), daemon=True).start()
@@ -81,13 +80,10 @@ class NodeLoss:
             if self.done.wait(0.1):
                 return
         self.cluster.remove_node(self.node, allow_graceful=False)
-        self.times["killed"] = time.monotonic()
         while any(n["NodeID"] == self.node.node_id and n["Alive"] for n in ray.nodes()):
             time.sleep(0.2)
-        self.times["dead"] = time.monotonic()
         time.sleep(BACK_AFTER_S)
         self.cluster.add_node(num_cpus=self.cpus, resources={self.label: 1}, temp_dir=self.temp_dir)
-        self.times["back"] = time.monotonic()
         self.done.wait()  # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG)
 
 
