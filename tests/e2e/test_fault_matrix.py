@@ -4,8 +4,8 @@ trains no sample twice, trains every prompt group of every step, takes the fault
 its point stops the run by design (then auto_resume goes on), and in sync mode matches the
 undisturbed run's rewards step for step.
 
-The default tier runs a sample that crosses every mode and layout and four of the five kinds; the slow tier runs
-every cell (`pytest -m slow tests/e2e/test_fault_matrix.py`, about an hour on 2 cores).
+The default tier runs a sample that crosses every mode and layout and four of the six kinds; the slow tier runs
+every cell, node-loss rows included (`pytest -m slow tests/e2e/test_fault_matrix.py`, about two hours on 2 cores).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def check(cell: Cell, tmp_path) -> None:
 
 def test_the_sample_crosses_every_kind_mode_and_layout():
     assert all(c in all_cells() for c in SAMPLE)
-    assert {c.kind for c in SAMPLE} == {"sigkill", "hang", "ray_kill", "exception"}  # slow: the slow tier
+    assert {c.kind for c in SAMPLE} == {"sigkill", "hang", "ray_kill", "exception"}  # slow, node: the slow tier
     assert {c.mode for c in SAMPLE} == {"sync", "one_step_off", "async"}
     assert {c.layout for c in SAMPLE} == {"separate", "colocated"}
 
