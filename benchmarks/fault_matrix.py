@@ -126,8 +126,10 @@ def applies(cell: Cell) -> bool:
     weights go through the object store."""
     p, colocated = cell.point, cell.layout == "colocated"
     if cell.kind == NODE:
-        remote = "object_store" if NODE_ROLES.get(p, ("",))[0] in ("rollout", "learner") else "shared_memory"
-        return p in NODE_ROLES and not colocated and cell.transport == remote
+        if p not in NODE_ROLES or colocated:
+            return False
+        remote = NODE_ROLES[p][0] in ("rollout", "learner")
+        return cell.transport == ("object_store" if remote else "shared_memory")
     if colocated and (cell.mode != "sync" or cell.transport != "none"):
         return False  # one module, trained and generated from in turn: sync only
     if p.startswith("weights.load."):

@@ -13,6 +13,7 @@ fault's token and stops itself (the `hang` kind), so the node dies with the call
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from pathlib import Path
@@ -57,8 +58,7 @@ def node_cpus(cfg, point: str) -> float:
     """CPUs the labelled node offers: exactly what the role's actors ask for."""
     from relay.config.elastic import count_range
 
-    role, key = NODE_ROLES[point]
-    res = cfg.tools.executors if key == "tools.executors" else getattr(cfg.resources, role)
+    res = functools.reduce(getattr, NODE_ROLES[point][1].split("."), cfg)  # e.g. cfg.resources.env
     return max(1.0, res.cpus * count_range(res.count).max)
 
 
