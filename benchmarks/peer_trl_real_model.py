@@ -1,13 +1,17 @@
 """relay against TRL's GRPOTrainer on a real pretrained model: configs/smol_arith.yaml's setting.
 
-    python benchmarks/peer_trl_real_model.py                       # seeds 0 1 2, trl, relay (HF), relay (vLLM)
+    python benchmarks/peer_trl_real_model.py                       # seeds 0 1 2, every contender
     python benchmarks/peer_trl_real_model.py --seeds 0 --only trl,relay-hf
+    python benchmarks/peer_trl_real_model.py --only trl,trl-bf16,relay-hf,relay-hf-bf16
 
 The setting is the recipe's, for every contender: SmolLM2-135M-Instruct (the folder relay converts
 from the packaged GGUF file), chat_arithmetic's rows for the seed in the order relay's
 PromptIterator draws them (TRL reads them as written, shuffling off), 4 prompts x 8 samples a
 step, 16 new tokens, temperature 1.0, lr 1e-5 constant, AdamW without weight decay, gradient
 clipping at 1.0, no KL term, the token-mean loss, float32, no gradient checkpointing, 12 steps.
+A `-bf16` contender keeps float32 master weights and optimizer state and runs its forward passes
+under bf16 autocast: TRL's `bf16=True`, relay's `training.mixed_precision=bf16` with the engine
+holding bf16 weights (`model.dtype=bfloat16`). The evaluator reads every final model in float32.
 The reward is the recipe's (the last integer of the answer equals the result). Every contender
 may use every core: relay's actors take all of them in the phase that runs (relay_trainer/pools.py
 threads), TRL's one process gets `torch.set_num_threads(cpu_count)` and the niceness Ray gives
@@ -40,7 +44,14 @@ CONFIG = REPO / "configs" / "smol_arith.yaml"
 CACHE = REPO / ".cache" / "peer_trl_real_model"
 STEPS: list[int] = []  # --steps N: runs shorter than the recipe's
 RAY_WORKER_NICENESS = 15  # Ray starts its worker processes (relay's actors) this much nicer than the driver
-CONTENDERS = {"trl": "TRL", "relay-hf": "relay, HF engine", "relay-vllm": "relay, vLLM-CPU engine"}
+CONTENDERS = {
+    "trl": "TRL",
+    "trl-bf16": "TRL, bf16",
+    "relay-hf": "relay, HF engine",
+    "relay-hf-bf16": "relay, HF engine, bf16",
+    "relay-vllm": "relay, vLLM-CPU engine",
+}
+BF16 = "-bf16"  # a contender's suffix: bf16 autocast over float32 master weights (TRL: bf16=True)
 
 sys.path.insert(0, str(REPO))
 
@@ -108,10 +119,11 @@ def held_out_accuracy(model_dir: Path, rows: list[dict], max_new_tokens: int, ba
 def run_relay(a, work: Path, on_step) -> Path:
     import driver
 
-    engine = a.child.removeprefix("relay-")
+    engine = a.child.removeprefix("relay-").removesuffix(BF16)
+    bf16 = ["training.mixed_precision=bf16", "model.dtype=bfloat16"] if a.child.endswith(BF16) else []
     cfg = recipe(a.seed, [
         f"run.output_dir={work}", "run.name=relay", f"rollout.engine={engine}", "training.eval_before=false",
-        "checkpoint.save_hf_model=true", "logging.console=false",
+        "checkpoint.save_hf_model=true", "logging.console=false", *bf16,
     ])  # fmt: skip
     seen: list[dict] = []
 
@@ -164,7 +176,7 @@ def run_trl(a, work: Path, on_step) -> Path:
         per_device_train_batch_size=t.prompts_per_step * r.n, num_generations=r.n,
         max_completion_length=r.max_new_tokens, temperature=r.temperature, top_p=1.0, top_k=0, beta=0.0,
         loss_type="dapo",  # token-mean over the batch, relay's algorithm.loss_agg
-        bf16=False, gradient_checkpointing=False, shuffle_dataset=False, report_to="none",
+        bf16=a.child.endswith(BF16), gradient_checkpointing=False, shuffle_dataset=False, report_to="none",
         save_strategy="no", logging_steps=10**6, disable_tqdm=True, dataloader_num_workers=0,
     )  # fmt: skip
     folder = a.model
@@ -182,7 +194,7 @@ def child(a) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     steps_done: list[float] = []
     work = Path(a.work)
-    final = (run_trl if a.child == "trl" else run_relay)(a, work, lambda: steps_done.append(time.time()))
+    final = (run_trl if a.child.startswith("trl") else run_relay)(a, work, lambda: steps_done.append(time.time()))
     (work / "result.json").write_text(json.dumps({"steps_done": steps_done, "final_model": str(final)}))
 
 
@@ -271,13 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     wanted = list(CONTENDERS) if a.only is None else [c.strip() for c in a.only.split(",")]
     if unknown := [c for c in wanted if c not in CONTENDERS]:
         ap.error(f"--only: unknown contender(s) {unknown}; choose from {', '.join(CONTENDERS)}")
-    pythons = {c: sys.executable for c in wanted if c != "trl"}
-    if "trl" in wanted:
+    pythons = {c: sys.executable for c in wanted if not c.startswith("trl")}
+    if any(c.startswith("trl") for c in wanted):
         python, why = trl_python()
         if python is None:
             print(f"peer_trl_real_model: TRL is not available, running relay alone: {why}", flush=True)
         else:
-            pythons["trl"] = python
+            pythons.update({c: python for c in wanted if c.startswith("trl")})
     contenders = [c for c in CONTENDERS if c in pythons]
     cfg = recipe(0)
     model, tokens = model_folder(), cfg.rollout.max_new_tokens
