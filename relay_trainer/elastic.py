@@ -6,7 +6,8 @@ After each step the loop hands the step's metrics to `ElasticPool.resize`, which
      them with `ray.autoscaler.sdk.request_resources`: every role's bundles, rollout's `wanted` times
      (the request is the cluster's whole size for the run, not an addition: the autoscaler counts
      what already runs against it);
-  3. starts each missing worker on a placement group of its own bundle, which waits for the room
+  3. starts each missing worker on a placement group of its own bundle (and of the environment
+     pool and tool executors that follow it, relay/config/roles.py), which waits for the room
      to appear (a new node, or an old one freed); the worker is created at once and Ray starts it
      when its group is placed;
   4. lets a started worker roll out once its constructor is done and it holds the current weights
@@ -34,16 +35,15 @@ from dataclasses import dataclass
 import ray
 from ray.autoscaler.sdk import request_resources
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import remove_placement_group
 
 from relay.config import Config
 from relay.config.elastic import count_range, is_elastic, sync_counts
 from relay.run import metric_keys as keys
 from relay.run.elastic import PoolSize, demand, resize, usable
 from relay.run.progress import say
-from relay_trainer.feasibility import role_bundle
-from relay_trainer.pools import RolloutWorker, actor_bundles, actor_name
+from relay_trainer.followers import places_in, worker_group
+from relay_trainer.pools import EnvPool, RolloutWorker, actor_bundles, actor_name, create_group, create_tool_executors
 from relay_trainer.weights import WEIGHT_LANE
 
 PING_S = 10.0  # an added worker's node id and weights, asked once it is up
@@ -59,6 +59,7 @@ class Added:
     ready: object  # its constructor's end (a ref)
     state: str = "starting"  # starting -> standby (up, not rolling out) <-> rolling -> gone
     node: str | None = None
+    followers: list = dataclasses.field(default_factory=list)  # its own EnvPool and tool executors, in its group
 
 
 class ElasticPool:
@@ -123,21 +124,27 @@ class ElasticPool:
     # -- the workers' lives ------------------------------------------------------------------------
 
     def _start(self) -> None:
-        """A worker on a placement group of its own bundle: Ray starts it once the group is placed."""
-        index, res = self.next_index, self.cfg.resources
+        """A worker on a placement group of its own, with the roles that follow it (relay/config/roles.py):
+        Ray starts them once the group is placed."""
+        index, cfg, run = self.next_index, self.cfg, self.run_name
         self.next_index += 1
-        group = placement_group([role_bundle(res.rollout)], strategy="PACK", name=f"{self.run_name}/rollout-{index}")
+        group = worker_group(cfg, run, index)
+        where = places_in(group, cfg, index)  # role -> its actors' places in the group
+        followers = create_tool_executors(cfg, run, [], where["tools"], wait=False) if "tools" in where else []
+        if "env" in where:  # started before the worker, which looks them up by name
+            env_args = lambda i: (cfg.task, i)  # noqa: E731
+            followers += create_group(EnvPool, "env", cfg.resources.env, run, env_args, [], places=where["env"])
         lane = {WEIGHT_LANE: 1} if self.actors.weight_lane else None  # rollout.partial, as actor_pools makes them
-        remote = ray.remote(concurrency_groups=lane)(RolloutWorker) if lane else ray.remote(RolloutWorker)
-        handle = remote.options(
-            name=actor_name(self.run_name, "rollout", index),
-            num_cpus=res.rollout.cpus,
-            num_gpus=res.rollout.gpus,
-            max_restarts=res.max_restarts,  # the producer's recovery waits for Ray's replacement
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
-        ).remote(*self.actors.rollout_args(index))
-        self.actors.faults.names[handle._actor_id] = actor_name(self.run_name, "rollout", index)
-        self.added.append(Added(index, handle, group, handle.__ray_ready__.remote()))
+        [handle] = create_group(
+            RolloutWorker, "rollout", cfg.resources.rollout, run, self.actors.rollout_args, [],
+            cfg.resources.max_restarts,  # the producer's recovery waits for Ray's replacement
+            lane, places=where["rollout"],
+        )  # fmt: skip
+        # the dashboard's names of [handle, *followers], for the Supervisor's lines
+        names = [actor_name(run, role, i) for role in ("rollout", "tools", "env") for _, _, i in where.get(role, [])]
+        for actor, name in zip([handle, *followers], names):
+            self.actors.faults.names[actor._actor_id] = name
+        self.added.append(Added(index, handle, group, handle.__ray_ready__.remote(), followers=followers))
         say(f"elastic pool: asking for rollout-{index} (wanted {self.size.wanted})")
 
     def _admit(self) -> None:
@@ -203,9 +210,7 @@ class ElasticPool:
 
     def _stop(self, extra: Added, why: str) -> None:
         self._leave(extra)
-        extra.state = "gone"
-        ray.kill(extra.handle)  # for good: not restarted
-        remove_placement_group(extra.group)  # the room goes back to the autoscaler
+        release(extra)
         say(f"elastic pool: rollout-{extra.index} stops: {why}")
 
     def _drop_lost(self) -> None:
@@ -231,9 +236,7 @@ class ElasticPool:
         extra = next((a for a in self.added if a.handle._actor_id == lost._actor_id and a.state != "gone"), None)
         if extra is None:
             return None
-        extra.state = "gone"
-        ray.kill(extra.handle)
-        remove_placement_group(extra.group)
+        release(extra)
         if self.producer is None:  # sync: out of actors.rollout now, or the step's weight sync would wait for it
             self._leave(extra)  # the step's other calls hold their own workers; shards were split already
         # (the overlapped modes' producer drains before a worker leaves: resize does it at the step's end)
@@ -245,9 +248,7 @@ class ElasticPool:
     def close(self) -> None:
         """Every added worker stopped, and the request withdrawn (the autoscaler may take the nodes back)."""
         for extra in self._alive():
-            ray.kill(extra.handle)
-            remove_placement_group(extra.group)
-            extra.state = "gone"
+            release(extra)
         for extra in self.added:  # dropped mid-step by reroute, still listed
             if extra.handle in self.actors.rollout:
                 self.actors.rollout.remove(extra.handle)
@@ -255,6 +256,14 @@ class ElasticPool:
             request_resources(bundles=[])
         except Exception as e:  # noqa: BLE001  (a cluster already gone: nothing left to withdraw)
             say(f"elastic pool: could not withdraw the resource request ({type(e).__name__})")
+
+
+def release(extra: Added) -> None:
+    """`extra` and its followers killed for good (not restarted), its group's room back to the autoscaler."""
+    extra.state = "gone"
+    for actor in [extra.handle, *extra.followers]:
+        ray.kill(actor)
+    remove_placement_group(extra.group)
 
 
 class FixedPool:

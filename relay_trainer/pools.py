@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ray
 from ray.util.placement_group import placement_group
@@ -22,6 +22,7 @@ from relay.config.role_settings import (
     RewardPoolSettings,
     RolloutSettings,
 )
+from relay.config.roles import followers, uses_env_pools, uses_tool_executors
 from relay.config.validate_pipeline import is_sharded
 from relay.endpoint.auth import run_token
 from relay.models.check import reward_model_path
@@ -29,6 +30,7 @@ from relay.run.progress import phase, say
 from relay_trainer import local_ray
 from relay_trainer.actor_class import actor_class
 from relay_trainer.feasibility import alive_nodes, check_feasible, role_bundle, unplaceable, wait_placed
+from relay_trainer.followers import worker_links, worker_places
 from relay_trainer.learner_recovery import LearnerRecovery, NoRecovery
 from relay_trainer.local_ray import NAMESPACE
 from relay_trainer.lora_reference import LearnerAsReference
@@ -77,17 +79,6 @@ def connect(cfg: Config) -> None:
     check_feasible(bundles)
 
 
-def uses_tool_executors(cfg: Config) -> bool:
-    """Tool calls run on ToolExecutor actors; with tools.server_url they go to that server instead."""
-    return cfg.tools.enabled and cfg.tools.server_url is None
-
-
-def uses_env_pools(cfg: Config) -> bool:
-    """Environments, and rewards marked heavy (task.reward_actor), run on EnvPool actors; a plain
-    reward function runs inside the rollout worker that made the samples (no actor, no round trip)."""
-    return bool(cfg.task.env) or cfg.task.reward_actor or bool(cfg.task.agent)  # task.agent: the programs run there
-
-
 def actor_roles(cfg: Config) -> dict[str, RoleResources]:
     """The roles `cfg` makes actors for, in the order actor_pools creates them, each with its
     resources (`count` actors of it). The one place that says which roles a run has."""
@@ -99,6 +90,9 @@ def actor_roles(cfg: Config) -> dict[str, RoleResources]:
         roles["learner"] = res.learner
     else:
         roles.update(rollout=fixed(res.rollout), learner=res.learner)  # an elastic pool starts with its min
+    workers = fixed(res.rollout).count
+    for role, per_worker in followers(cfg).items():  # count actors per rollout worker (relay/config/roles.py)
+        roles[role] = replace(per_worker, count=per_worker.count * workers)
     if cfg.algorithm.kl_coef > 0 and not cfg.model.lora.rank:  # KL needs reference logprobs; LoRA: the learner's
         roles["reference"] = res.reference
     if cfg.critic.enabled:
@@ -147,22 +141,27 @@ def create_group(
     groups: list,
     max_restarts: int = 0,
     concurrency_groups: dict[str, int] | None = None,
+    places: list[tuple] | None = None,
 ) -> list:
     """`res.count` actors of `cls`, one bundle each, named `<run>/<role>-<i>` for the dashboard;
     Ray rebuilds a lost one (its constructor again) up to `max_restarts` times (actors/supervision.py).
 
     Inside a Ray Tune trial the trial's placement group already holds a bundle per actor
     (tune.trial_bundles): the actors go there, since a new group could never be placed while
-    the trial holds the resources. Elsewhere each role gets its own PACKed group.
+    the trial holds the resources. Elsewhere each role gets its own PACKed group, or the caller
+    gives `places`: (placement group, bundle index, actor index) per actor (a rollout worker's
+    group, which holds the roles that follow it: relay_trainer/followers.py).
     """
-    bundle = role_bundle(res)
-    enclosing = ray.util.get_current_placement_group()
-    if enclosing is not None:
-        pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)
-    else:  # actors wait in Ray for their group to be placed: the roles start at once (actor_pools waits)
-        pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
-        groups.append(pg)
-        indices = list(range(res.count))
+    if places is None:
+        bundle = role_bundle(res)
+        enclosing = ray.util.get_current_placement_group()
+        if enclosing is not None:
+            pg, indices = enclosing, _claim_bundles(enclosing, bundle, res.count, role, run_name)
+        else:  # actors wait in Ray for their group to be placed: the roles start at once (actor_pools waits)
+            pg = placement_group([bundle] * res.count, strategy="PACK", name=f"{run_name}/{role}")
+            groups.append(pg)
+            indices = list(range(res.count))
+        places = [(pg, index, i) for i, index in enumerate(indices)]
     # concurrency groups are fixed where the class is made remote (Ray takes them in ray.remote, not .options)
     remote_cls = ray.remote(concurrency_groups=concurrency_groups)(cls) if concurrency_groups else ray.remote(cls)
     return [
@@ -173,7 +172,7 @@ def create_group(
             max_restarts=max_restarts,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
         ).remote(*make_args(i))
-        for i, index in enumerate(indices)
+        for pg, index, i in places
     ]
 
 
@@ -208,11 +207,15 @@ def threads(cfg: Config, res: RoleResources) -> int:
     return max(share, (os.cpu_count() or 1) // res.count)
 
 
-def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
-    """ToolExecutor actors that run tool calls (sandboxed code) for the rollout workers.
+def create_tool_executors(
+    cfg: Config, run_name: str, groups: list, places: list[tuple] | None = None, wait: bool = True
+) -> list:
+    """ToolExecutor actors that run tool calls (sandboxed code) for the rollout workers (`places`:
+    as create_group's).
 
     Called before any other actor: where the sandbox cannot be built (tools.sandbox=bwrap), this
-    raises with what is missing and how to fix it, before a model is loaded anywhere.
+    raises with what is missing and how to fix it, before a model is loaded anywhere. `wait=False`
+    (an elastic pool's added worker) returns at once: the worker's start fails if they do.
     """
     if not uses_tool_executors(cfg):
         return []
@@ -229,14 +232,15 @@ def create_tool_executors(cfg: Config, run_name: str, groups: list) -> list:
     executors = create_group(
         ToolExecutor,
         "tools",
-        tl.executors,
+        actor_roles(cfg)["tools"],  # follow_rollout: the count per worker times the workers
         run_name,
         lambda i: (tl.sandbox_limits, tl.sandbox, registry, tl.max_workers, i),
         groups,
         max_restarts=cfg.resources.max_restarts,
+        places=places,
     )
     try:
-        ray.get([ex.sandbox_mode.remote() for ex in executors])
+        ray.get([ex.sandbox_mode.remote() for ex in executors] if wait else [])
     except ray.exceptions.RayActorError as e:
         cause = str(e)
         marker = "SandboxUnavailable: "
@@ -290,18 +294,21 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
     actors.faults = Supervisor(res.call_timeout_s, res.rollout_timeout_s, update_timeout_s=res.update_timeout_s)
     restarts = res.max_restarts  # a restarted worker rejoins a broadcast group formed again (relay_trainer/weights.py)
     try:
-        actors.tools = create_tool_executors(cfg, run_name, groups)  # first: a sandbox that cannot be built stops here
+        places = worker_places(cfg, run_name, groups)  # roles that follow their rollout worker: its group
+        # first: a sandbox that cannot be built stops here
+        actors.tools = create_tool_executors(cfg, run_name, groups, places.get("tools"))
         if "env" in roles:
-            actors.env = create_group(EnvPool, "env", res.env, run_name, lambda i: (cfg.task, i), groups, restarts)
+            env_args = lambda i: (cfg.task, i)  # noqa: E731
+            where = places.get("env")
+            actors.env = create_group(EnvPool, "env", roles["env"], run_name, env_args, groups, restarts, places=where)
         # Rollout workers look their EnvPool and executors up by name: an actor handle among a restartable
         # actor's arguments puts them in the object store, where a restart may not find them (Ray logs an error).
-        env = [actor_name(run_name, "env", i) for i in range(len(actors.env))]
-        tools = [actor_name(run_name, "tools", i) for i in range(len(actors.tools))]
-        pool_of = lambda i: env[i % len(env)] if env else None  # noqa: E731  (worker i's EnvPool)
+        names = {r: [actor_name(run_name, r, i) for i in range(len(getattr(actors, r)))] for r in ("env", "tools")}
+        pool_of, tools_of = worker_links(cfg, names, lambda role, i: actor_name(run_name, role, i))
         token = run_token(cfg)  # one bearer token for every endpoint of the run, restarts included
         if res.colocate:  # restarted and restored as a learner is
             colocated = ColocatedSettings.of(cfg)  # what the learner and the rollout worker read of the config
-            make_args = lambda i: (colocated, model_path, threads(cfg, res.learner), pool_of(0), tools, token)  # noqa: E731
+            make_args = lambda i: (colocated, model_path, threads(cfg, res.learner), pool_of(0), tools_of(0), token)  # noqa: E731
             lives = res.learner_restores
             actors.learner = create_group(ColocatedWorker, "learner", res.learner, run_name, make_args, groups, lives)[
                 0
@@ -310,7 +317,8 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
         else:
             rollout = RolloutSettings.of(cfg)  # what a rollout worker reads of the config
             workers = roles["rollout"]  # resources.rollout, a range's count replaced by its min
-            actors.rollout_args = lambda i: (rollout, model_path, i, threads(cfg, workers), pool_of(i), tools, token)
+            per_worker = threads(cfg, workers)
+            actors.rollout_args = lambda i: (rollout, model_path, i, per_worker, pool_of(i), tools_of(i), token)
             actors.rollout = create_group(
                 RolloutWorker,
                 "rollout",
@@ -321,6 +329,7 @@ def actor_pools(cfg: Config, model_path: str, run_name: str):
                 restarts,
                 # rollout.partial: weight calls get a lane of their own, so they reach a worker mid-rollout
                 concurrency_groups={WEIGHT_LANE: 1} if cfg.rollout.partial else None,
+                places=places.get("rollout"),
             )
             actors.weight_lane = cfg.rollout.partial
             actors.learner = create_role(Learner, "learner", policy, cfg, res.learner, run_name, model_path, groups)

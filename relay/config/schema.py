@@ -21,7 +21,7 @@ from relay.config.engine_registry import EngineName
 from relay.config.health import HealthConfig
 from relay.config.model import ModelConfig
 from relay.config.reasoning_gym import ReasoningGymFields
-from relay.config.resources import RoleResources
+from relay.config.resources import FollowerResources, RoleResources
 from relay.config.reward_model import RewardModelConfig
 from relay.config.sft import SftConfig
 from relay.config.textarena import TextArenaFields
@@ -171,7 +171,7 @@ class ToolsConfig:
     request_interval: float = 0.0  # tool server only: seconds between request starts
     # tool server only: a larger request body is refused by the client, never sent (the server would 413)
     max_body_bytes: int = 2 * 1024 * 1024
-    executors: RoleResources = RoleResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
+    executors: FollowerResources = FollowerResources(count=1, cpus=0.25)  # ToolExecutor actors (no server_url)
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,7 @@ class ResourcesConfig:
     learner: RoleResources = RoleResources(count=1, cpus=1.0)
     reference: RoleResources = RoleResources(count=1, cpus=0.5)
     critic: RoleResources = RoleResources(count=1, cpus=0.5)
-    env: RoleResources = RoleResources(count=1, cpus=0.25)
+    env: FollowerResources = FollowerResources(count=1, cpus=0.25)
     reward_model: RoleResources = RoleResources(count=1, cpus=0.5)  # only with reward_model.path
     ray_address: str | None = None  # None: connect to RAY_ADDRESS if set, else start a local Ray
     dashboard: bool = False  # for a locally started Ray (about 1 GB RAM); clusters have their own

@@ -15,6 +15,7 @@ from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.elastic import count_problems, starting_count, validate_elastic
 from relay.config.engine_registry import cannot, capabilities, engine_import_error
 from relay.config.health import validate_health
+from relay.config.roles import validate_followers
 from relay.config.schema import (
     LOGGERS_EXTRA,
     TOOL_PARSERS,
@@ -108,6 +109,7 @@ def validate(cfg: Config) -> list[str]:
     p += validate_lora(cfg)
     p += validate_pipeline(cfg)
     p += validate_elastic(cfg)
+    p += validate_followers(cfg)
     if not count_problems("", res.rollout.count) and t.prompts_per_step % starting_count(res.rollout.count):
         p.append(
             f"training.prompts_per_step={t.prompts_per_step} does not divide among resources.rollout.count={res.rollout.count} workers"

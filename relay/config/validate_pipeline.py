@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from relay.config.engine_registry import cannot, capabilities
 from relay.config.resolved import tis_cap
+from relay.config.roles import followers
 from relay.config.schema import Config, TrainingConfig
 
 MODES = ("sync", "one_step_off", "async")
@@ -99,14 +100,15 @@ def validate_colocate(cfg: Config) -> list[str]:
 def with_layout(cfg: Config) -> Config:
     """`cfg` with resources.colocate's null decided: colocated wherever validate_colocate finds
     nothing against it, the weight transport was left to relay (a transport asked for by name is
-    one between separate actors) and the rollout worker asks for no node the learner's resources
-    would not give it."""
+    one between separate actors), the rollout worker asks for no node the learner's resources
+    would not give it, and no role follows the rollout worker (relay/config/roles.py)."""
     res = cfg.resources
     if res.colocate is not None:
         return cfg
     possible = not validate_colocate(replace(cfg, resources=replace(res, colocate=True)))
     same_node = res.rollout.node_resource in (None, res.learner.node_resource)
-    return replace(cfg, resources=replace(res, colocate=possible and same_node and res.weight_sync == "auto"))
+    separate = res.weight_sync != "auto" or bool(followers(cfg))
+    return replace(cfg, resources=replace(res, colocate=possible and same_node and not separate))
 
 
 def is_sharded(training: TrainingConfig, count: int) -> bool:

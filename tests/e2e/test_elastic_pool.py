@@ -2,7 +2,9 @@
 {min: 1, max: 2}, relay_trainer/elastic.py): the run starts one rollout worker; rollout is most of
 each step (a slow reward function, scored in the worker), so the pool asks the autoscaler for room
 for a second; the autoscaler adds a second rollout node, the second worker starts there and rolls
-out; once the job ends the request is withdrawn and the autoscaler takes every node back.
+out; once the job ends the request is withdrawn and the autoscaler takes every node back. In the
+env-follows case each worker scores on an EnvPool of its own (follow_rollout), which starts on the
+new node with the added worker.
 
 Each rollout worker asks for 2 CPUs, a whole rollout_worker node, so a second worker needs a
 second node. What the autoscaler did is read from its own report (the dashboard's
@@ -20,29 +22,37 @@ import pytest
 from scripts.local_cluster import HEAD, active_types, camel, gcs_nodes, get, http
 from tests.e2e.test_local_cluster import IDLE_TIMEOUT_S, local_cluster, submit  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.slow  # about 2-3 minutes: a head with the dashboard, three added nodes, a 40-step job
+pytestmark = pytest.mark.slow  # about 2-3 minutes a case: a head with the dashboard, three added nodes, a 40-step job
 
 ROLLOUT_NODES = camel("rollout_worker")
 
 
-def test_the_pool_grows_from_one_to_two_workers_as_the_autoscaler_adds_a_node(local_cluster, tmp_path):  # noqa: F811
+# follow: each worker scores on an EnvPool of its own, in its group (relay/config/roles.py)
+FOLLOW = ["task.reward_actor=true", "resources.env.follow_rollout=true", "resources.env.cpus=0.5"]
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["plain", "env-follows"])
+def test_the_pool_grows_from_one_to_two_workers_as_the_autoscaler_adds_a_node(local_cluster, tmp_path, follow):  # noqa: F811
     cluster = local_cluster
     assert active_types(cluster) == {HEAD: 1}
     run_args = [
         "resources.rollout.count={min: 1, max: 2}",
-        "resources.rollout.cpus=2",  # a rollout_worker node holds one worker
+        # a rollout_worker node (2 CPUs) holds one worker (and its EnvPool)
+        "resources.rollout.cpus=1.5" if follow else "resources.rollout.cpus=2",
+        *(FOLLOW if follow else []),
         "task.reward_fn=tests.e2e.elastic_rewards:slow_arithmetic",
         "training.steps=40", "training.prompts_per_step=4", "rollout.n=4", "task.num_eval_rows=4",
         f"run.output_dir={tmp_path}", "checkpoint.save_hf_model=false", "training.eval_before=false",
     ]  # fmt: skip
-    submit(cluster, "elastic-pool", run_args)
+    job = f"elastic-pool-{'env-follows' if follow else 'plain'}"
+    submit(cluster, job, run_args)
 
     most, deadline = 0, time.monotonic() + 600
-    while (status := get(cluster, "/api/jobs/elastic-pool")["status"]) in ("PENDING", "RUNNING"):
+    while (status := get(cluster, f"/api/jobs/{job}")["status"]) in ("PENDING", "RUNNING"):
         assert time.monotonic() < deadline, "the job did not end"
         most = max(most, active_types(cluster).get(ROLLOUT_NODES, 0))
         time.sleep(1)
-    logs = http(f"{cluster.address}/api/jobs/elastic-pool/logs", cluster.token)[1]
+    logs = http(f"{cluster.address}/api/jobs/{job}/logs", cluster.token)[1]
     assert status == "SUCCEEDED", logs
     assert "elastic pool: rollout-1 joins (2 rolling out)" in logs["logs"], logs["logs"][-5000:]
 
@@ -61,6 +71,9 @@ def test_the_pool_grows_from_one_to_two_workers_as_the_autoscaler_adds_a_node(lo
     placed = {a["name"]: a["node_id"] for a in actors if a["name"].startswith("local-cluster/rollout-")}
     assert set(placed) == {"local-cluster/rollout-0", "local-cluster/rollout-1"}, placed
     assert len(set(placed.values())) == 2 and set(placed.values()) <= rollout_nodes, (placed, rollout_nodes)
+    if follow:  # each worker's EnvPool started on its worker's node, the added one's with it
+        pools = {a["name"]: a["node_id"] for a in actors if a["name"].startswith("local-cluster/env-")}
+        assert pools == {f"local-cluster/env-{i}": placed[f"local-cluster/rollout-{i}"] for i in (0, 1)}, pools
 
     # The job's end withdrew the request: idle, every added node goes back.
     deadline = time.monotonic() + IDLE_TIMEOUT_S + 90

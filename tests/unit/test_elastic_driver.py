@@ -8,6 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 import relay_trainer.elastic as elastic
+import relay_trainer.followers as followers
+import relay_trainer.pools as pools
 from actors.supervision import Call, Supervisor
 from relay.config import load_config
 from relay.run import metric_keys as keys
@@ -60,14 +62,19 @@ class FakeRay:
 
 @pytest.fixture
 def pool(monkeypatch):
+    return elastic_pool(monkeypatch)
+
+
+def elastic_pool(monkeypatch, *overrides: str):
     fake, requests, groups = FakeRay(), [], {"made": [], "removed": []}
     monkeypatch.setattr(elastic, "ray", fake)
+    monkeypatch.setattr(pools, "ray", fake)  # pools.create_group starts the workers
     monkeypatch.setattr(elastic, "request_resources", lambda bundles: requests.append(bundles))
-    monkeypatch.setattr(elastic, "placement_group", lambda b, **kw: groups["made"].append(b) or object())
+    monkeypatch.setattr(followers, "placement_group", lambda b, **kw: groups["made"].append(b) or object())
     monkeypatch.setattr(elastic, "remove_placement_group", lambda g: groups["removed"].append(g))
     monkeypatch.setattr(elastic, "draining_nodes", lambda: fake.draining if hasattr(fake, "draining") else set())
-    monkeypatch.setattr(elastic, "PlacementGroupSchedulingStrategy", lambda *a, **kw: None)
-    cfg = load_config(None, ["resources.rollout.count={min: 1, max: 2}", "training.prompts_per_step=4"])
+    monkeypatch.setattr(pools, "PlacementGroupSchedulingStrategy", lambda *a, **kw: None)
+    cfg = load_config(None, ["resources.rollout.count={min: 1, max: 2}", "training.prompts_per_step=4", *overrides])
     faults = SimpleNamespace(names={}, sent=[], reroute=None)
     faults.resend_weights = lambda w: faults.sent.append(w)
     base = Handle("node-a")
@@ -75,7 +82,10 @@ def pool(monkeypatch):
         rollout=[base], shared_weights=[], faults=faults, weight_lane=False, weight_broadcast=None,
         rollout_args=lambda i: ("settings", i),
     )  # fmt: skip
-    return SimpleNamespace(pool=elastic.ElasticPool(cfg, actors, "run"), actors=actors, ray=fake, requests=requests)
+    made = groups["made"]
+    return SimpleNamespace(
+        pool=elastic.ElasticPool(cfg, actors, "run"), actors=actors, ray=fake, requests=requests, groups=made
+    )
 
 
 def test_grows_when_rollout_holds_the_step_up_and_joins_with_the_current_weights(pool):
@@ -151,3 +161,20 @@ def test_a_plain_count_is_a_fixed_pool():
     cfg = load_config(None, ["resources.rollout.count=2", "resources.colocate=false"])
     with elastic.rollout_pool(cfg, SimpleNamespace(), "run") as fixed:
         assert fixed.resize(BUSY) == {}
+
+
+def test_an_added_worker_brings_its_own_environment_pool_and_takes_it_along(monkeypatch):
+    follow = ["task.reward_actor=true", "resources.env.follow_rollout=true", "resources.colocate=false"]
+    pool = elastic_pool(monkeypatch, *follow)
+    pool.pool.resize(BUSY)
+    (env, env_args), (worker, worker_args) = pool.ray.started  # the EnvPool first: the worker looks it up
+    assert env_args[1] == 1 and worker_args == ("settings", 1)
+    res = pool.pool.cfg.resources
+    assert pool.groups == [[{"CPU": res.rollout.cpus}, {"CPU": res.env.cpus}]]  # one group: the worker's, its EnvPool's
+    assert pool.actors.faults.names[env._actor_id] == "run/env-1"
+    assert len(pool.requests[-1]) == 5  # the learner, two workers and an EnvPool each
+    worker.ready.done = True
+    pool.pool.resize(BUSY)
+    for _ in range(SHRINK_AFTER):
+        pool.pool.resize(QUIET)
+    assert pool.ray.killed == [worker, env]
