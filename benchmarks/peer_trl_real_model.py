@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "smol_arith.yaml"
 CACHE = REPO / ".cache" / "peer_trl_real_model"
 STEPS: list[int] = []  # --steps N: runs shorter than the recipe's
+OVERRIDES: list[str] = []  # --set KEY=VALUE: the recipe changed for every contender
 RAY_WORKER_NICENESS = 15  # Ray starts its worker processes (relay's actors) this much nicer than the driver
 CONTENDERS = {
     "trl": "TRL",
@@ -59,7 +60,8 @@ sys.path.insert(0, str(REPO))
 def recipe(seed: int, extra: list[str] = ()):
     from relay.config import load_config
 
-    return load_config(str(CONFIG), [f"run.seed={seed}", *(f"training.steps={n}" for n in STEPS), *extra])
+    steps = [f"training.steps={n}" for n in STEPS]
+    return load_config(str(CONFIG), [f"run.seed={seed}", *steps, *OVERRIDES, *extra])
 
 
 def model_folder() -> Path:
@@ -181,7 +183,9 @@ def run_trl(a, work: Path, on_step) -> Path:
     )  # fmt: skip
     folder = a.model
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32),
+        model=AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation=cfg.model.attn_implementation
+        ),
         processing_class=AutoTokenizer.from_pretrained(folder, padding_side="left"),
         reward_funcs=exact_answer, args=config, train_dataset=dataset, callbacks=[StepEnds()],
     )  # fmt: skip
@@ -207,7 +211,7 @@ def one_run(python: str, contender: str, seed: int, model: Path, rows: Path, hel
     work = Path(tempfile.mkdtemp(prefix=f"{contender}-s{seed}-", dir=CACHE))
     cmd = [python, str(Path(__file__).resolve()), "--child", contender, "--work", str(work)]
     cmd += ["--model", str(model), "--rows", str(rows), "--seed", str(seed)]
-    cmd += [f"--steps={n}" for n in STEPS]
+    cmd += [f"--steps={n}" for n in STEPS] + [f"--set={o}" for o in OVERRIDES]
     launched = time.time()
     with (work / "log.txt").open("w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -267,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, help="training steps per run (default: the recipe's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change the recipe for every contender")
     ap.add_argument("--only", help=f"comma-separated contenders of {', '.join(CONTENDERS)} (default: all)")
     ap.add_argument("--child", choices=list(CONTENDERS), help=argparse.SUPPRESS)
     for name in ("--work", "--model", "--rows"):
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.steps:
         STEPS.append(a.steps)
+    OVERRIDES.extend(a.set)
     if a.child:
         child(a)
         return 0

@@ -277,6 +277,7 @@ def main() -> None:
     p.add_argument("--train-length", type=int, default=64)
     p.add_argument("--modes", nargs="*", default=["float32", "bf16"], help="none: only the peaks (and --gap)")
     p.add_argument("--gap", action="store_true", help="also the engine/learner logprob gap of each layout")
+    p.add_argument("--attn", choices=["sdpa", "eager"], help="model.attn_implementation (default: the library's)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from relay.models.loading import load_model
@@ -284,11 +285,11 @@ def main() -> None:
 
     peaks = machine_peaks(a.seconds)
     print("at the start:", peaks_line(peaks), flush=True)  # each part as it comes: a busy machine may stop a long run
-    model = load_model(model_folder(a.model), "float32")
+    model = load_model(model_folder(a.model), "float32", attn_implementation=a.attn)
     total, body, head = parameter_counts(model)
     print(
         f"{a.model}: {total / 1e6:.1f}M parameters ({body / 1e6:.1f}M per token + {head / 1e6:.1f}M projection), "
-        f"{a.threads} threads",
+        f"{a.threads} threads, attention {a.attn or 'sdpa'}",
         flush=True,
     )
     sizes = {

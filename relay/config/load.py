@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from relay.config.bfcl import with_bfcl_env
+from relay.config.model import with_cpu_attention
 from relay.config.schema import Config, ConfigError
 from relay.config.textarena import with_game_env
 from relay.config.validate import validate
@@ -59,7 +60,7 @@ def config_from_mapping(raw: dict[str, Any], overrides: list[str] = (), problems
     problems += [problem for problem in validate(cfg) if problem.split(":")[0] not in bad_keys]
     if problems:
         raise ConfigError(problems)
-    return with_layout(cfg)
+    return with_cpu_attention(with_layout(cfg))
 
 
 def _copy_sections(raw: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from relay.config.lora import LoraConfig
@@ -18,7 +18,26 @@ class ModelConfig:
     tokenizer_path: str | None = None  # defaults to `path`
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
-    # The attention kernel of the learner, reference and HF engine; null: the library's choice (sdpa).
+    # The attention kernel of the learner, reference and HF engine; null: the library's choice (sdpa),
+    # except eager where every model role computes in bf16 on a CPU (with_cpu_attention below).
     # eager halves a CPU decode step of SmolLM2-135M at batch 64 (benchmarks/attention_kernels.py).
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
     lora: LoraConfig = LoraConfig()
+
+
+# The model roles: their resources decide whether the model computes on a CPU.
+MODEL_ROLES = ("rollout", "learner", "reference", "critic")
+
+
+def with_cpu_attention(cfg):
+    """`cfg` (a Config) with model.attn_implementation's null decided: eager where the model
+    computes in bf16 (training.mixed_precision=bf16 or model.dtype=bfloat16) and no model role has
+    a GPU. torch's CPU sdpa kernel in bf16 took 1.2 ms a call in a decode step of SmolLM2-135M
+    at 32 rows (0.4 ms in float32), a quarter of the step; eager runs the same attention as bf16
+    matmuls (docs/benchmarks/roofline.md). Elsewhere the library's choice stays."""
+    m, res = cfg.model, cfg.resources
+    bf16 = cfg.training.mixed_precision == "bf16" or m.dtype == "bfloat16"
+    on_cpu = all(getattr(res, role).gpus == 0 for role in MODEL_ROLES)
+    if m.attn_implementation is not None or not (bf16 and on_cpu):
+        return cfg
+    return replace(cfg, model=replace(m, attn_implementation="eager"))
