@@ -239,8 +239,10 @@ def create_tool_executors(
         max_restarts=cfg.resources.max_restarts,
         places=places,
     )
+    if not wait:
+        return executors
     try:
-        ray.get([ex.sandbox_mode.remote() for ex in executors] if wait else [])
+        ray.get([ex.sandbox_mode.remote() for ex in executors])
     except ray.exceptions.RayActorError as e:
         cause = str(e)
         marker = "SandboxUnavailable: "
