@@ -14,11 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from relay.checkpoint.atomic import save_checkpoint
+from relay_trainer.learner_recovery import restores_learner
 from relay_trainer.rank_group import RankGroup
 
 TRAINED_ROLES = ("learner", "critic")
 
 
+@restores_learner("checkpoint")
 def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_last_n: int | None) -> Path:
     """The step's checkpoint: `state` (the driver's) plus every trained role's, written atomically."""
     tensors, sharded, get = {}, {}, actors.faults.get
@@ -40,6 +42,12 @@ def save_training_checkpoint(actors, root: Path, step: int, state: dict, keep_la
     return save_checkpoint(
         root, step, tensors, state, keep_last_n=keep_last_n, write_shards=write_shards if sharded else None
     )
+
+
+@restores_learner("final save")
+def save_final_model(actors, folder: str, tokenizer_path: str) -> None:
+    """The learner's weights and the tokenizer as a Hugging Face model folder (checkpoint.save_hf_model)."""
+    actors.faults.get(actors.learner.save_hf.remote(folder, tokenizer_path), actors.learner, "save_hf", long=True)
 
 
 def load_training_checkpoint(actors, path: Path, groups: dict, state: dict) -> None:

@@ -10,10 +10,11 @@ member, and a survivor may wait inside a collective. So every rank is restarted,
 formed again, and each rank reads its own shards of the last checkpoint before the replay.
 
 The driver keeps the exact arguments of every update since the last checkpoint (object refs to
-the samples and logprobs, and the KL coefficient; dropped when a checkpoint is written). When
-one of the learner's phases fails and the learner turns out to be a replacement, `run` gives it
-the last checkpoint's state (none yet: the constructor's weights and seed are the run's start),
-replays the kept updates in order, and runs the phase again. The same arguments through the same
+the samples and logprobs, and the KL coefficient; dropped when a checkpoint is written). Every
+driver phase that calls the learner is marked `restores_learner`, and so goes through `run`: when
+the phase fails and the learner turns out to be a replacement, `run` gives it the last
+checkpoint's state (none yet: the constructor's weights and seed are the run's start), replays the
+kept updates in order, and runs the phase again. The same arguments through the same
 update on the same state give the same weights, optimizer and RNG state (on CPU the final weights
 match an undisturbed run's: tests/e2e/test_learner_restore.py), so no optimizer step is skipped or
 repeated and no sample trained twice. The rollout workers then get the restored weights with the
@@ -31,6 +32,7 @@ load); then restores it as above. Past that, the run stops (resumable).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -62,6 +64,7 @@ class LearnerRecovery:
         self.node_wait: str | None = None  # what the current loss waits for: a node that can hold it
         self.base: Path | None = None  # the checkpoint the kept updates follow; None: the run's start
         self.kept: list[tuple[tuple, dict]] = []  # each update's arguments since `base`, in order
+        self.restores = 0  # how many times the learner was restored: what it made before is from a lost one
         self.on_restore: list[Callable[[], None]] = []  # what else held the lost learner's refs
         self._enable()
 
@@ -163,6 +166,7 @@ class LearnerRecovery:
             self.actors.weight_broadcast.form_again()  # the lost one's collective: the connections closed)
         for reset in self.on_restore:
             reset()
+        self.restores += 1
         faults.count("restarts")
         faults.count("learner_restores")
         if isinstance(error, RayActorError):
@@ -205,10 +209,27 @@ def _needs_restore(actor) -> bool:
     return actor.needs_restore
 
 
+def restores_learner(what: str):
+    """Marks a driver phase that calls the learner: a learner lost in it (died, or hung and killed) is
+    restored and the phase run again (LearnerRecovery.run, with the run's `actors.recovery`); every
+    other error raises as it is. The phase's first argument is the run's Actors, or a step plan that
+    holds them (`.actors`). Every phase of the loop and the step meets learner recovery here."""
+
+    def wrap(phase: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(phase)
+        def recovered(owner, *args, **kwargs) -> T:
+            actors = getattr(owner, "actors", owner)
+            return actors.recovery.run(lambda: phase(owner, *args, **kwargs), what)
+
+        return recovered
+
+    return wrap
+
+
 class NoRecovery:
     """A run whose learner is not restored: every phase runs once, as it is."""
 
-    enabled = False
+    enabled, restores = False, 0
 
     def __init__(self):
         self.on_restore: list[Callable[[], None]] = []

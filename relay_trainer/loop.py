@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import time
-from functools import partial
 
 from relay.checkpoint.rng import capture_rng, restore_rng
 from relay.config import Config
@@ -38,7 +37,7 @@ from relay.run.stop import HealthStopped, StopOnSignal
 from relay.run.summary import summarize
 from relay.update.kl_control import make_kl_controller
 from relay_trainer.actor_loss import actor_loss_stops
-from relay_trainer.checkpoints import load_training_checkpoint, save_training_checkpoint
+from relay_trainer.checkpoints import load_training_checkpoint, save_final_model, save_training_checkpoint
 from relay_trainer.elastic import rollout_pool
 from relay_trainer.evaluation import overlapped_evaluation
 from relay_trainer.learner_recovery import LearnerRecovery
@@ -131,14 +130,14 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             state["eval_before"] = {}  # training.eval_before=false: the summary's before-values are NaN
         if state["eval_before"] is None:
             with phase(f"held-out evaluation before training ({len(eval_rows)} prompts)"):
-                state["eval_before"] = evaluate(held_out, actors, eval_rows)
+                state["eval_before"] = evaluate(actors, held_out, eval_rows)
             state.setdefault("seconds", {})["before"] = time.perf_counter() - started
         if demos and "eval_after_sft" not in state:  # SFT then RL, each measured on the held-out rows
             with phase(f"supervised stage ({cfg.sft.steps} steps)"):
                 supervised_stage(cfg.sft, actors, demos, run_dir, cfg.run.seed, cfg.logging.console_every)
             recovery.state_unknown()  # trained outside the kept updates: restorable from the next checkpoint
             with phase("held-out evaluation after the supervised stage"):
-                state["eval_after_sft"] = evaluate(held_out, actors, eval_rows)
+                state["eval_after_sft"] = evaluate(actors, held_out, eval_rows)
             state.setdefault("seconds", {})["after_sft"] = time.perf_counter() - started
         watch = FailureWatch(cfg.training.stop_after_failed_steps)
         health = HealthMonitor(cfg.health, state["eval_before"], state.get("health"))  # docs/health.md
@@ -158,7 +157,7 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
             if evals is not None:  # started now, logged with a later step once back (eval/lag_steps)
                 metrics.update(evals.after_step(step + 1, checkpoint=bool(due)))
             elif cfg.training.eval_every and (step + 1) % cfg.training.eval_every == 0:
-                metrics.update(recovery.run(lambda: evaluate(held_out, actors, in_run_rows), "evaluation"))
+                metrics.update(evaluate(actors, held_out, in_run_rows))
             out = evals is not None and evals.measuring == step + 1  # its result is compared at this step's reward
             metrics.update(
                 health.observe(step + 1, metrics, evaluating=out)
@@ -176,28 +175,24 @@ def train(cfg: Config, resume: bool = False, report=None) -> dict:
                 loggers.log(metrics, step + 1)
             if due or halted or (stopping and cfg.checkpoint.on_stop):
                 # first: it may draw prompts; it waits on the last weight sync, where a learner may be lost
-                if (pipeline := recovery.run(plan.state_dict, "checkpoint")) is not None:
+                if (pipeline := plan.state_dict()) is not None:
                     state["pipeline"] = pipeline
                 state.update(step=step + 1, data=prompts.state_dict(), rng=capture_rng(), kl_ctl=kl_ctl.state_dict())
                 state["health"] = health.state_dict()
-                save = partial(save_training_checkpoint, actors, run_dir / "checkpoints", step + 1, state)
-                recovery.checkpointed(recovery.run(partial(save, cfg.checkpoint.keep_last_n), "checkpoint"))
+                root, keep = run_dir / "checkpoints", cfg.checkpoint.keep_last_n
+                recovery.checkpointed(save_training_checkpoint(actors, root, step + 1, state, keep))
             if stopping:
                 raise stop.stopped(step + 1)
             if halted:
                 raise HealthStopped(halted, step + 1, run_dir)
         if cfg.training.steps:
-            eval_after = recovery.run(lambda: evaluate(held_out, actors, eval_rows), "evaluation")
+            eval_after = evaluate(actors, held_out, eval_rows)
         else:  # the supervised stage alone: its held-out result is the run's
             eval_after = state["eval_after_sft"]
         state.setdefault("seconds", {})["after"] = time.perf_counter() - started
         health.final(eval_after, cfg.training.steps)  # reward_hacking against the held-out result
         if cfg.checkpoint.save_hf_model:
-            final, tokenizer = str(run_dir / "final_model"), cfg.model.tokenizer_path or path
-            save_hf = lambda: actors.faults.get(
-                actors.learner.save_hf.remote(final, tokenizer), actors.learner, "save_hf", long=True
-            )
-            recovery.run(save_hf, "final save")
+            save_final_model(actors, str(run_dir / "final_model"), cfg.model.tokenizer_path or path)
     return summarize(
         state["rewards"],
         state["eval_before"],

@@ -15,10 +15,7 @@ import statistics
 from typing import Protocol
 
 import ray
-from ray.exceptions import RayActorError
 
-from actors.restarts import process_ids, wait_restarted
-from actors.supervision import ATTEMPTS_PER_CALL, role_actors
 from relay.config import Config
 from relay.config.resolved import BEFORE_UPDATE
 from relay.config.role_settings import HeldOutSettings, ProducerSettings, StepSettings
@@ -26,16 +23,17 @@ from relay.envs.data import PromptIterator
 from relay.envs.reasoning_gym import by_dataset, unparsed_metrics
 from relay.envs.scoring import trainable
 from relay.envs.textarena import invalid_move_metrics
-from relay.failures import ActorLost, step_failures
+from relay.failures import step_failures
 from relay.run import metric_keys as keys
 from relay.run.step_metrics import PhaseTimer, eval_metrics, merge_rollout_metrics, split
 from relay.types import Sample
 from relay.update.dapo import mixed_groups, punish_overlong
+from relay_trainer.learner_recovery import restores_learner
 from relay_trainer.lora_reference import LearnerAsReference
 from relay_trainer.pools import Actors
 from relay_trainer.producer import RolloutProducer
-from relay_trainer.rank_group import RankGroup
 from relay_trainer.reward_model_pool import score_with_reward_model
+from relay_trainer.supervised_calls import critic_update, reference_logprobs
 from relay_trainer.weights import sleep_engines, sync_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +87,8 @@ def score(settings: StepSettings, actors, samples: list[Sample]) -> dict[str, fl
     return metrics
 
 
-def evaluate(held_out: HeldOutSettings, actors, rows: list[dict]) -> dict[str, float]:
+@restores_learner("evaluation")
+def evaluate(actors, held_out: HeldOutSettings, rows: list[dict]) -> dict[str, float]:
     """Held-out greedy episodes: accuracy, or for environment tasks mean return and success rate."""
     rows = rows[: len(rows) - len(rows) % len(actors.rollout)]
     samples, _ = rollout(actors, rows, seed_round=0, greedy=True)  # scored by the workers
@@ -175,6 +174,7 @@ class ActorCalls:
     ):
         self.settings, self.actors, self.prompts = settings, actors, prompts
         self.kl_ctl, self.producer = kl_ctl, producer
+        self.inputs_restores = 0  # the learner restores before this step's advantage inputs were made
 
     def take_samples(self, step, timer):
         actors, producer = self.actors, self.producer
@@ -190,10 +190,12 @@ class ActorCalls:
         actors = self.actors
         trained = trainable(samples)  # no reward, no gradient: a NaN never reaches the advantages
         step_ref = ray.put(trained) if actors.reference is not None or actors.critic else trained
-        with timer("reference"):  # a learner lost in it is restored and the pass made again
-            refs = actors.recovery.run(lambda: self._advantage_refs(step_ref), "logprobs")
+        with timer("reference"):
+            refs = self._advantage_refs(step_ref)
+        self.inputs_restores = actors.recovery.restores
         return {"step": step_ref, **refs}
 
+    @restores_learner("logprobs")
     def _advantage_refs(self, step_ref) -> dict:
         actors = self.actors
         refs = self.learner_inputs(step_ref)
@@ -202,42 +204,10 @@ class ActorCalls:
             refs["values"] = actors.critic.compute_values.remote(step_ref)
             handles.append(actors.critic)
         if actors.reference is not None and "ref_logprobs" not in refs:
-            refs["ref_logprobs"] = self._reference_logprobs(step_ref)
+            refs["ref_logprobs"] = reference_logprobs(actors, step_ref)
             handles.append(actors.reference)
         actors.faults.wait(list(refs.values()), handles, "logprobs and values", long=True)
         return refs
-
-    def _reference_logprobs(self, step_ref):
-        """The reference's logprobs (a ref: they stay in the object store, and no torch here). Its
-        state is its constructor's (the model path's frozen weights), so a reference that died or
-        hung (killed past its deadline) is restarted and its pass made again; a rank group's ranks
-        are all restarted and the group formed again. Its process id tells a pass that outlived
-        its process. A pass that raised stops the run when the update reads it."""
-        faults, reference = self.actors.faults, self.actors.reference
-        ranks = role_actors(reference)
-        for attempt in range(1, ATTEMPTS_PER_CALL + 1):
-            before = process_ids(ranks)
-            ref = reference.compute_logprobs.remote(step_ref)
-            try:
-                faults.wait(ref, reference, "reference logprobs", long=True)
-                if process_ids(ranks) == before:
-                    return ref
-                faults.count("actor_errors")
-            except ActorLost:  # hung, and killed to be restarted
-                pass
-            faults.log(
-                f"relay: fault: reference logprobs: the reference was lost; restarting it (attempt {attempt + 1})"
-            )
-            restarted = (
-                reference.restart(ranks, faults.rollout_timeout_s)
-                if isinstance(reference, RankGroup)
-                else wait_restarted(reference, faults.rollout_timeout_s)
-            )
-            if not restarted:
-                raise ActorLost("reference: the actor is gone (lost in its pass, and no replacement answered)")
-            faults.count("restarts")
-            faults.count("retried_calls")
-        raise ActorLost(f"reference logprobs: the reference was lost {ATTEMPTS_PER_CALL} times in a row")
 
     def learner_inputs(self, step_ref) -> dict:
         """What the learner makes of the advantage inputs: old logprobs (unless its update finds
@@ -251,40 +221,32 @@ class ActorCalls:
 
     def update(self, inputs, timer):
         """The learner's (and the critic's) update; metrics with the batch's reward/mean, ...
-        A learner lost in it is restored (relay_trainer/learner_recovery.py) and the update made again;
-        its arguments are kept until the next checkpoint, for a later restore to replay."""
-        actors, kwargs, tries = self.actors, {"kl_coef": self.kl_ctl.value, **inputs}, []
+        Its arguments are kept until the next checkpoint, for a later restore to replay."""
+        actors, kwargs = self.actors, {"kl_coef": self.kl_ctl.value, **inputs}
         with timer("update"):
             critic = actors.critic.update.remote(**kwargs) if actors.critic else None
-
-            def learner_update():
-                if tries:  # restored: the logprobs the lost learner made may be its death
-                    kwargs.update(self.learner_inputs(kwargs["step"]))
-                tries.append(len(tries))
-                return actors.faults.get(actors.learner.update.remote(**kwargs), actors.learner, "update", long=True)
-
-            updates = [actors.recovery.run(learner_update, "update")]
+            updates = [self._learner_update(kwargs)]
             actors.recovery.keep(**kwargs)
             if critic is not None:
-                updates.append(self._critic_update(critic, kwargs, restored=len(tries) > 1))
+                restored = actors.recovery.restores > self.inputs_restores
+                updates.append(critic_update(actors, critic, kwargs, learner_restored=restored))
         return {k: v for m in updates for k, v in m.items()}
 
-    def _critic_update(self, call, kwargs: dict, restored: bool) -> dict[str, float]:
-        faults, critic = self.actors.faults, self.actors.critic
-        try:
-            return faults.get(call, critic, "update", long=True)  # past its deadline, the run stops
-        except RayActorError:
-            if not restored or not wait_restarted(critic, faults.timeout_s):  # the critic is not restarted
-                raise
-        # alive, so its call failed on an argument the lost learner made, and never ran: once more
-        return faults.get(critic.update.remote(**kwargs), critic, "update", long=True)
+    @restores_learner("update")
+    def _learner_update(self, kwargs: dict) -> dict[str, float]:
+        actors = self.actors
+        if actors.recovery.restores > self.inputs_restores:  # the lost learner's logprobs may be its death
+            kwargs.update(self.learner_inputs(kwargs["step"]))
+        return actors.faults.get(actors.learner.update.remote(**kwargs), actors.learner, "update", long=True)
 
+    @restores_learner("weight sync")
     def sync_weights(self, version):
         if self.producer is None:
-            self.actors.recovery.run(lambda: sync_weights(self.actors, version), "weight sync")
+            sync_weights(self.actors, version)
         else:  # each worker loads it after its calls in flight; later calls run on it
-            self.actors.recovery.run(lambda: self.producer.sync_weights(version), "weight sync")
+            self.producer.sync_weights(version)
 
+    @restores_learner("checkpoint")
     def state_dict(self):
         """The producer's groups and calls (it first finishes the calls in flight, which draw prompts)."""
         return None if self.producer is None else self.producer.state_dict()
@@ -301,17 +263,9 @@ class OneCall:
     def rollout_and_update(self, step: int, timer: PhaseTimer) -> tuple[list[Sample], dict, dict[str, float]]:
         """(samples, their rollout metrics, the update's metrics)."""
         actors, called = self.actors, timer.elapsed()
-        rows, seed_round, kl_coef = (
-            self.prompts.take(self.settings.prompts_per_step),
-            sampling_round(self.settings, step),
-            self.kl_ctl.value,
-        )
-
-        def one_call():  # a learner lost in it is restored, and the same rows rolled out with the same seed
-            call = actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
-            return actors.faults.get(call, actors.learner, "step", long=True)
-
-        samples, rollout_metrics, update_metrics, seconds = actors.recovery.run(one_call, "step")
+        rows, seed_round = self.prompts.take(self.settings.prompts_per_step), sampling_round(self.settings, step)
+        kl_coef = self.kl_ctl.value
+        samples, rollout_metrics, update_metrics, seconds = self._one_call(rows, seed_round, kl_coef)
         actors.recovery.keep(trainable(samples), kl_coef=kl_coef)  # what the call's update trained on
         actors.faults.add({k: v for k, v in rollout_metrics.items() if k.startswith("faults/")})
         timer.seconds.update(seconds)
@@ -321,6 +275,11 @@ class OneCall:
         )
         sample_metrics = {**merge_rollout_metrics([rollout_metrics]), **count_failures(samples, self.settings.games)}
         return samples, sample_metrics, update_metrics
+
+    @restores_learner("step")  # a learner lost in it: restored, the same rows rolled out with the same seed
+    def _one_call(self, rows: list[dict], seed_round: int, kl_coef: float) -> tuple:
+        call = self.actors.learner.rollout_and_update.remote(rows, seed_round, kl_coef)
+        return self.actors.faults.get(call, self.actors.learner, "step", long=True)
 
     def sync_weights(self, version):
         sync_weights(self.actors, version)  # the update tagged the shared module's weights: no copy

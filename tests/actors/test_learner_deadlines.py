@@ -21,6 +21,7 @@ from relay.config.role_settings import RewardPoolSettings
 from relay.failures import ActorLost, CallRaised
 from relay.types import Sample
 from relay_trainer.checkpoints import save_training_checkpoint
+from relay_trainer.learner_recovery import NoRecovery
 from relay_trainer.lora_reference import LearnerAsReference
 from relay_trainer.pools import Learner
 from relay_trainer.rank_group import RankGroup
@@ -130,7 +131,7 @@ def test_a_lora_reference_hangs_in_its_learner_and_the_learner_is_killed(shared_
 
 def test_a_checkpoint_save_and_reward_model_scores_have_deadlines(shared_ray, tmp_path):
     faults, learner = supervisor([]), make(hang_in="state")
-    actors = SimpleNamespace(learner=learner, critic=None, faults=faults)
+    actors = SimpleNamespace(learner=learner, critic=None, faults=faults, recovery=NoRecovery())
     with pytest.raises(ActorLost, match="checkpoint state"):
         save_training_checkpoint(actors, tmp_path / "checkpoints", 1, {"step": 1}, keep_last_n=2)
     assert is_dead(learner) and not list((tmp_path / "checkpoints").glob("step_*"))  # nothing half-written

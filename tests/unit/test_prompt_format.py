@@ -154,7 +154,7 @@ def test_train_skips_the_evaluation_before_when_off(tmp_path, monkeypatch, eval_
         trained.append(step)
         return {loop.keys.REWARD_MEAN: 0.5}
 
-    def fake_evaluate(held_out, actors, rows):
+    def fake_evaluate(actors, held_out, rows):
         evaluated_at.append(len(trained))
         return {"eval/accuracy": 0.25 * (1 + len(trained))}
 
