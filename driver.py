@@ -1,7 +1,8 @@
 """relay's Ray job entry point. `python driver.py [--config X.yaml] [--resume] [key=value ...]`
 
 The loop itself is relay_trainer/loop.py (train_step, train), in a package so that `pip install`
-brings it: `relay train`, RayPPOTrainer.fit and Ray Tune's trials run that same function.
+brings it: `relay train`, RayPPOTrainer.fit and Ray Tune's trials run that same function, and from
+Python it is `relay_trainer.loop.train(cfg)`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import sys
 
 from relay.run.command_line import run_command_line
 from relay.run.recipes import recipe_path
-from relay_trainer.loop import train, train_step
+from relay_trainer import loop
 
-__all__ = ["main", "train", "train_step"]
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (relay/run/command_line.py): the exit code, one line per user error."""
     argv = sys.argv[1:] if argv is None else argv
-    return run_command_line(lambda *a, **k: train(*a, **k), __doc__, argv, config_path=recipe_path)
+    return run_command_line(lambda *a, **k: loop.train(*a, **k), __doc__, argv, config_path=recipe_path)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 
-import driver  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.run.plot import plot_run  # noqa: E402
+from relay_trainer import loop  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = {
@@ -66,7 +66,7 @@ def one_run(config: str, mode: str, seed: int, steps: int, out: Path, extra: lis
         [*QUIET, f"run.output_dir={out}", f"run.name={Path(config).stem}-{mode}-s{seed}", f"run.seed={seed}"]
         + [f"training.steps={steps}", *extra, *MODES[mode]],  # the mode's keys win
     )
-    summary = driver.train(cfg, report=lambda step, m: reports.append(time.perf_counter()))
+    summary = loop.train(cfg, report=lambda step, m: reports.append(time.perf_counter()))
     records = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     timed = records[skip:]
     seconds = reports[-1] - reports[skip - 1]

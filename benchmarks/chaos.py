@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 
-import driver  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.fault_points import disarm  # noqa: E402
+from relay_trainer import loop  # noqa: E402
 from relay_trainer import steps as driver_steps  # noqa: E402
 from relay_trainer.fault_arming import arm_run  # noqa: E402
 from relay_trainer.producer import RolloutProducer  # noqa: E402
@@ -146,7 +146,7 @@ def run(task: str, steps: int, every: int, out: Path, mode: str = "sync", seed: 
     driver_steps.rollout, RolloutProducer.take = recording_rollout, recording_take
     restarts, summary = 0, {}
     try:
-        summary = driver.train(cfg, report=report)
+        summary = loop.train(cfg, report=report)
     except Exception as e:  # the run stopped: its steps so far are what the line reports
         print(f"chaos: the run stopped: {type(e).__name__}: {e}", flush=True)
     finally:

@@ -55,7 +55,6 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 import yaml  # noqa: E402
 
-import driver  # noqa: E402
 from benchmarks.elastic_records import (  # noqa: E402
     comparable_steps,
     first_rollouts,
@@ -66,6 +65,7 @@ from benchmarks.elastic_records import (  # noqa: E402
     step_episodes,
 )
 from relay.config import load_config  # noqa: E402
+from relay_trainer import loop  # noqa: E402
 from scripts.local_cluster import HEAD, REPO, active_types, camel, gcs_nodes, get, start, stop  # noqa: E402
 
 IDLE_TIMEOUT_S = 12  # the autoscaler's idle timeout: short, so the nodes' going back is seen
@@ -204,7 +204,7 @@ def run(cluster, name: str, steps: int, seed: int, out: Path, pacer: Pacer) -> d
     )  # fmt: skip
     started, stopped = time.time(), None
     try:
-        driver.train(cfg, report=pacer.after_step)
+        loop.train(cfg, report=pacer.after_step)
     except Exception as e:  # the run stopped: what it recorded so far is what the line reports
         stopped = f"{type(e).__name__}: {str(e)[:300]}"
         print(f"elastic {name}: the run stopped: {stopped}", flush=True)

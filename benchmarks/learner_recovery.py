@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 import driver  # noqa: E402
-from relay_trainer import learner_recovery  # noqa: E402
+from relay_trainer import learner_recovery, loop  # noqa: E402
 
 
 def argv(out: str, name: str, steps: int, restores: int) -> list[str]:
@@ -65,18 +65,18 @@ def kill_in_loss(stamp: str):
 
 
 def run(out: str, name: str, steps: int, restores: int, on_step=None) -> list[dict]:
-    reported, original = [], driver.train
+    reported, original = [], loop.train
 
     def report(step, metrics):
         reported.append({**metrics, "reported_at": time.time()})
         if on_step is not None:
             on_step(step, name)
 
-    driver.train = lambda cfg, resume: original(cfg, resume, report=report)
+    loop.train = lambda cfg, resume: original(cfg, resume, report=report)
     try:
         assert driver.main(argv(out, name, steps, restores)) == 0
     finally:
-        driver.train = original
+        loop.train = original
     return reported
 
 

@@ -28,10 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import driver  # noqa: E402
 from relay.config import load_config  # noqa: E402
 from relay.envs.math_tool import OUTCOMES, episode_outcome  # noqa: E402
-from relay_trainer import steps  # noqa: E402
+from relay_trainer import loop, steps  # noqa: E402
 
 QUIET = ["logging.console_every=10", "checkpoint.save_hf_model=false", "logging.samples_every=0"]
 
@@ -63,7 +62,7 @@ def one_run(label: str, seed: int, rows: int, out: Path, overrides: list[str]) -
 
     steps.rollout = reading_rollout
     try:
-        summary = driver.train(cfg)
+        summary = loop.train(cfg)
     finally:
         steps.rollout = original
     records = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]

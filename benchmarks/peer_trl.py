@@ -162,14 +162,14 @@ def relay_setting(model, data, prompts: int) -> list[str]:
 
 
 def run_relay(a, work: Path, on_step: Callable[[], None], separate: bool = False) -> Path:
-    import driver
     from relay.config import load_config
+    from relay_trainer import loop
 
     run = [f"run.output_dir={work}", "run.name=relay", f"run.seed={a.seed}", f"training.steps={a.steps}"]
     run += ["training.eval_before=false", "checkpoint.every=0", "checkpoint.save_hf_model=true"]
     run += ["logging.console=false"] + (["resources.colocate=false"] if separate else [])
     cfg = load_config(None, relay_setting(a.model, a.data, a.prompts) + run)
-    driver.train(cfg, report=lambda step, metrics: on_step())
+    loop.train(cfg, report=lambda step, metrics: on_step())
     return work / "relay" / "final_model"
 
 

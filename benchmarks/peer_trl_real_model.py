@@ -119,7 +119,7 @@ def held_out_accuracy(model_dir: Path, rows: list[dict], max_new_tokens: int, ba
 
 
 def run_relay(a, work: Path, on_step) -> Path:
-    import driver
+    from relay_trainer import loop
 
     engine = a.child.removeprefix("relay-").removesuffix(BF16)
     bf16 = ["training.mixed_precision=bf16", "model.dtype=bfloat16"] if a.child.endswith(BF16) else []
@@ -133,7 +133,7 @@ def run_relay(a, work: Path, on_step) -> Path:
         on_step()
         seen.append({k: metrics.get(k) for k in ENGINE_KEYS})
 
-    driver.train(cfg, report=report)
+    loop.train(cfg, report=report)
     (work / "engine.json").write_text(json.dumps(seen))
     return work / "relay" / "final_model"
 

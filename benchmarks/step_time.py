@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 
-import driver  # noqa: E402
 from benchmarks.process_memory import memory_table, run_memory  # noqa: E402
 from relay.config import load_config  # noqa: E402
+from relay_trainer import loop  # noqa: E402
 
 PHASES = ("rollout", "reward", "reference", "update", "sync", "step")  # reward: inside rollout
 
@@ -48,7 +48,7 @@ def main() -> None:
         if step == args.steps:  # actors are alive until train() returns
             memory.extend(run_memory())
 
-    driver.train(cfg, report=report)
+    loop.train(cfg, report=report)
     steady = history[1:] or history  # step 1 pays one-off warm-up costs
     print(
         f"\n{args.config}: {args.steps} steps, {cfg.training.prompts_per_step}x{cfg.rollout.n} samples/step, engine={cfg.rollout.engine}"

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 import ray
 
-import driver
 from relay.config import load_config
 from relay.run import metric_keys as keys
 from relay.tools.sandbox import SandboxConfig, sandbox_available
+from relay_trainer import loop, steps
 from relay_trainer import metrics as relay_metrics
-from relay_trainer import steps
 from tests.prometheus import export_port, scrape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,7 +164,7 @@ def test_two_training_steps_give_every_ray_metric_a_value(ray_session, tmp_path,
         ],
     )
     reported = []
-    driver.train(cfg, report=lambda step, metrics: reported.append(metrics))
+    loop.train(cfg, report=lambda step, metrics: reported.append(metrics))
 
     assert len(recorded) == len(reported) == len(batches) == 2
     for step_readings, metrics, samples in zip(recorded, reported, batches):
@@ -219,7 +218,7 @@ def test_every_grafana_query_names_a_metric_a_real_run_exports(ray_session, tmp_
             "logging.console=false",
         ],
     )
-    driver.train(cfg)
+    loop.train(cfg)
     exported = {name for name, _, _ in wait_for(export_port(ray_session), names, "grafana-names", deadline_s=60)}
     assert names <= exported, f"the dashboard queries metrics no run exports: {sorted(names - exported)}"
 

@@ -2,7 +2,7 @@
 
 Two raylets: a head that declares a GPU and `learner_node` (the driver, this test, runs
 there too), and a CPU node that declares `rollout_node`; `resources.<role>.node_resource` puts
-the learner and the rollout worker on them, and a 2-step driver.train() runs across the nodes
+the learner and the rollout worker on them, and a 2-step loop.train() runs across the nodes
 (weights cross nodes through the object store). The run's Ray metrics are then read back from
 the head's Prometheus export. Where each actor ran is read from the GCS actor table (it keeps dead actors,
 so it can be read after train() has killed them); the dashboard's state API is not used here
@@ -56,7 +56,7 @@ def actor_nodes(prefix: str) -> dict[str, str]:
 
 
 def test_roles_run_on_their_nodes(cluster, tmp_path):
-    import driver
+    from relay_trainer import loop
 
     _, node_ids = cluster
     cfg = load_config(
@@ -76,7 +76,7 @@ def test_roles_run_on_their_nodes(cluster, tmp_path):
             "task.reward_actor=true",  # an EnvPool role, with no node label
         ],
     )
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
 
     placed = actor_nodes("multinode/")
     assert placed["multinode/learner-0"] == node_ids["learner"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import driver
 from relay.config import load_config
 from relay.run import metric_keys as keys
 from relay.update.precision import bf16_unsupported
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [
@@ -37,7 +37,7 @@ LAYOUTS = {
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_bf16_run_trains_and_reports_the_logprob_gap(tmp_path, ray_session, layout):
     cfg = load_config(REPO / "configs/default.yaml", [f"run.output_dir={tmp_path}", *SMALL, *LAYOUTS[layout]])
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     lines = (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()
     steps = {m["step"]: m for m in map(json.loads, lines) if "step" in m}
     assert sorted(steps) == [1, 2]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 
 pytest.importorskip("bfcl_eval")
 
@@ -32,7 +32,7 @@ BFCL = [
 
 
 def test_the_tiny_model_trains_a_supervised_step_and_two_rl_steps_on_bfcl(tmp_path, ray_session):
-    summary = driver.train(load_config(None, [f"run.output_dir={tmp_path}", *BFCL]))
+    summary = loop.train(load_config(None, [f"run.output_dir={tmp_path}", *BFCL]))
     steps = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2
     assert (Path(summary["run_dir"]) / "sft_metrics.jsonl").read_text().count("sft/nll") == 1

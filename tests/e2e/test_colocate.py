@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 from relay_trainer.pools import Actors
 from relay_trainer.steps import one_call_steps
 
@@ -61,7 +61,7 @@ def test_colocated_worker_killed_in_its_rollout_shard_is_restored_and_the_shard_
             + ["training.steps=3", "checkpoint.every=1"],
         )
         try:
-            driver.train(cfg, report=report)
+            loop.train(cfg, report=report)
         finally:
             disarm()
         return rewards, restores

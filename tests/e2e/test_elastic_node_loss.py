@@ -38,7 +38,7 @@ def two_node_cluster():
 
 
 def test_a_node_joins_the_pool_and_losing_it_loses_no_sample(two_node_cluster, tmp_path):
-    import driver
+    from relay_trainer import loop
 
     cluster, temp_dir = two_node_cluster
     cfg = load_config(
@@ -73,7 +73,7 @@ def test_a_node_joins_the_pool_and_losing_it_loses_no_sample(two_node_cluster, t
             added.append(None)
 
     started = time.monotonic()
-    driver.train(cfg, report=report)
+    loop.train(cfg, report=report)
     seconds = time.monotonic() - started
 
     run_dir = tmp_path / "node-loss"

@@ -17,6 +17,7 @@ import pytest
 import ray
 
 import driver
+from relay_trainer import loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 STEPS = 3
@@ -64,14 +65,14 @@ def kill_in_loss():
 
 def run_with(monkeypatch, name: str, role: str, patch) -> list[dict]:
     """driver.main with `patch` sent to `<name>/<role>` once step 1 is logged; each step's metrics."""
-    reported, original = [], driver.train
+    reported, original = [], loop.train
 
     def after(step, metrics):
         reported.append(metrics)
         if step == 1:
             ray.get(ray.get_actor(f"{name}/{role}", namespace="relay").__ray_call__.remote(patch))
 
-    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=after))
+    monkeypatch.setattr(loop, "train", lambda cfg, resume: original(cfg, resume, report=after))
     return reported
 
 

@@ -15,6 +15,7 @@ import ray
 
 import driver
 from relay.checkpoint.atomic import latest_checkpoint
+from relay_trainer import loop
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 STEPS = 4
@@ -22,14 +23,14 @@ UPDATE_TIMEOUT_S = 20.0  # far above a healthy tiny-model update or checkpoint o
 
 
 def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, monkeypatch, capsys):
-    kills, original = [], driver.train
+    kills, original = [], loop.train
 
     def kill_the_learner_once(step, metrics):
         if step == 2 and not kills:  # step 2 is logged; its checkpoint then meets the dead learner
             kills.append(step)
             ray.kill(ray.get_actor("learner-death/learner-0", namespace="relay"))
 
-    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=kill_the_learner_once))
+    monkeypatch.setattr(loop, "train", lambda cfg, resume: original(cfg, resume, report=kill_the_learner_once))
     argv = [
         f"run.output_dir={tmp_path}",
         "run.name=learner-death",
@@ -59,9 +60,9 @@ def test_a_killed_learner_stops_the_run_which_auto_resume_continues(tmp_path, mo
 
 
 def hang_the_learner_after_step_3(monkeypatch, run_name: str) -> list:
-    """driver.train with a report hook that stops (SIGSTOP) the learner's process once step 3 is
+    """loop.train with a report hook that stops (SIGSTOP) the learner's process once step 3 is
     logged, so step 4's update hangs; the returned list gets its pid."""
-    stopped, original = [], driver.train
+    stopped, original = [], loop.train
 
     def hang_the_learner_once(step, metrics):
         if step == 3 and not stopped:
@@ -69,7 +70,7 @@ def hang_the_learner_after_step_3(monkeypatch, run_name: str) -> list:
             stopped.append(ray.get(learner.__ray_call__.remote(lambda self: os.getpid())))
             os.kill(stopped[0], signal.SIGSTOP)
 
-    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
+    monkeypatch.setattr(loop, "train", lambda cfg, resume: original(cfg, resume, report=hang_the_learner_once))
     return stopped
 
 

@@ -57,7 +57,7 @@ def hold_in_loss(marker: str):
 # start; about 7 minutes on 2 cores shared with another training run
 @pytest.mark.slow
 def test_a_learner_lost_with_its_node_waits_for_one_and_is_restored(learner_node_cluster, tmp_path, capsys):
-    import driver
+    from relay_trainer import loop
 
     cluster, node, temp_dir = learner_node_cluster
     name, marker = "learner-node", tmp_path / "in-update"
@@ -101,7 +101,7 @@ def test_a_learner_lost_with_its_node_waits_for_one_and_is_restored(learner_node
 
     started = time.monotonic()
     try:
-        driver.train(cfg, report=report)
+        loop.train(cfg, report=report)
     finally:
         seconds = time.monotonic() - started
         done.set()

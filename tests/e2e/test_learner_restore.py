@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 import driver
 from relay.checkpoint.atomic import latest_checkpoint
+from relay_trainer import loop
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 STEPS = 4
@@ -62,14 +63,14 @@ def run(
     monkeypatch, tmp_path, name: str, every: int, kill: bool, extra: tuple[str, ...] = ()
 ) -> tuple[list[dict], dict]:
     """driver.main; each step's metrics and the final checkpoint's tensors."""
-    reported, original = [], driver.train
+    reported, original = [], loop.train
 
     def after(step, metrics):
         reported.append(metrics)
         if kill and step in KILLED_AFTER:
             ray.get(ray.get_actor(f"{name}/learner-0", namespace="relay").__ray_call__.remote(kill_in_loss()))
 
-    monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=after))
+    monkeypatch.setattr(loop, "train", lambda cfg, resume: original(cfg, resume, report=after))
     assert driver.main(argv(tmp_path, name, every, extra)) == 0
     final = latest_checkpoint(tmp_path / name / "checkpoints")
     tensors = {g: load_file(str(final / f"{g}.safetensors")) for g in ("policy", "optimizer")}

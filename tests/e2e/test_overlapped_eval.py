@@ -5,9 +5,9 @@ the samples) and eval/lag_steps, and the run completes with its checkpoint."""
 import json
 from pathlib import Path
 
-import driver
 from relay.config import load_config
 from relay.run import metric_keys as keys
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_one_step_off_evaluations_come_back_with_the_weights_they_measured(tmp_p
         "training.steps=3",
     ]
     reported = {}
-    summary = driver.train(load_config(REPO / "configs/default.yaml", overrides), report=reported.__setitem__)
+    summary = loop.train(load_config(REPO / "configs/default.yaml", overrides), report=reported.__setitem__)
     assert sorted(reported) == [1, 2, 3] and summary["run_dir"]
     logged = {step: m for step, m in reported.items() if "eval/accuracy" in m}
     # step 1's evaluation is out while step 2 trains, waited for when step 2's starts; step 2's is

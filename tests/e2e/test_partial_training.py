@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 from relay_trainer.producer import RolloutProducer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def test_async_partial_rollouts_train_mixed_samples_within_max_staleness(tmp_pat
         "algorithm.tis_cap=2.0",
         f"rollout.engine={engine}",
     ]
-    driver.train(load_config(REPO / "configs/default.yaml", overrides))
+    loop.train(load_config(REPO / "configs/default.yaml", overrides))
     assert [step for step, _ in trained] == list(range(6))
     for step, samples in trained:
         for s in samples:

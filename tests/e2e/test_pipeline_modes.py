@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import ray
 
-import driver
 from relay.config import load_config
 from relay.run.stop import RunStopped
+from relay_trainer import loop
 from relay_trainer.producer import RolloutProducer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ SMALL = [
 
 def run(tmp_path, overrides, resume=False, report=None):
     cfg = load_config(REPO / "configs/default.yaml", [f"run.output_dir={tmp_path}", *SMALL, *overrides])
-    return driver.train(cfg, resume=resume, report=report)
+    return loop.train(cfg, resume=resume, report=report)
 
 
 def stop_after(step: int):

@@ -21,6 +21,7 @@ import torch.distributed.checkpoint as dcp
 
 import driver
 from relay.checkpoint.atomic import latest_checkpoint
+from relay_trainer import loop
 from tests.e2e.test_learner_restore import argv, kill_in_loss
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
@@ -28,7 +29,7 @@ STEPS, EVERY, LOST_AFTER = 4, 2, (1, 3)
 
 
 def run(tmp_path, name: str, sig: int | None = None) -> list[dict]:
-    reported, original = [], driver.train
+    reported, original = [], loop.train
 
     def after(step, metrics):
         reported.append(metrics)
@@ -38,7 +39,7 @@ def run(tmp_path, name: str, sig: int | None = None) -> list[dict]:
     # a hung rank is found after update_timeout_s; a healthy update takes a few seconds
     extra = ("resources.learner.count=2", "resources.update_timeout_s=30")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(driver, "train", lambda cfg, resume: original(cfg, resume, report=after))
+        monkeypatch.setattr(loop, "train", lambda cfg, resume: original(cfg, resume, report=after))
         assert driver.main(argv(tmp_path, name, EVERY, extra)) == 0
     return reported
 

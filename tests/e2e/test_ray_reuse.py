@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import ray
 
-import driver
 from relay.config import ConfigError, load_config
+from relay_trainer import loop
 from relay_trainer.local_ray import any_agent_port, loopback_node
 from relay_trainer.pools import actor_roles
 
@@ -35,11 +35,11 @@ def test_a_second_run_needing_more_cpus_gets_a_ray_of_its_size_unless_the_caller
     assert not ray.is_initialized()  # relay starts the first run's Ray itself
     small, large = (os.cpu_count() or 1) + 1, (os.cpu_count() or 1) + 2  # above the cores: sized by the roles
     try:
-        driver.train(tiny_run(tmp_path, "first", small))
+        loop.train(tiny_run(tmp_path, "first", small))
         first_ray = ray.get_runtime_context().gcs_address
         assert ray.cluster_resources()["CPU"] == small
 
-        summary = driver.train(tiny_run(tmp_path, "second", large))
+        summary = loop.train(tiny_run(tmp_path, "second", large))
         assert (Path(summary["run_dir"]) / "metrics.jsonl").read_text().count("\n") == 1
         assert ray.cluster_resources()["CPU"] == large
         assert ray.get_runtime_context().gcs_address != first_ray  # a new Ray, not a resized view
@@ -49,7 +49,7 @@ def test_a_second_run_needing_more_cpus_gets_a_ray_of_its_size_unless_the_caller
             ray.init(address="local", num_cpus=small, include_dashboard=False, namespace="relay")
         users_ray = ray.get_runtime_context().gcs_address
         with pytest.raises(ConfigError) as refused:
-            driver.train(tiny_run(tmp_path, "third", large))
+            loop.train(tiny_run(tmp_path, "third", large))
         assert len(refused.value.problems) == 1
         assert f"the roles need {large:g} CPU in all" in refused.value.problems[0]
         assert f"the Ray cluster has {small:g}" in refused.value.problems[0]

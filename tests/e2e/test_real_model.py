@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
 from relay.tools.sandbox import sandbox_available
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -23,7 +23,7 @@ pytestmark = [
 def test_smol_arith_runs_one_step_with_matching_logprobs(tmp_path, ray_session):
     overrides = ["training.steps=1", "training.prompts_per_step=2", "rollout.n=4", "task.num_eval_rows=8"]
     overrides += [f"run.output_dir={tmp_path}", "logging.console=false", "checkpoint.save_hf_model=false"]
-    summary = driver.train(load_config(REPO / "configs/smol_arith.yaml", overrides))
+    summary = loop.train(load_config(REPO / "configs/smol_arith.yaml", overrides))
     step = json.loads((Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()[0])
     assert 0.0 <= step["reward/mean"] <= 1.0 and 0.0 <= summary["accuracy_before"] <= 1.0
     assert step["rollout/logprob_diff_max"] < 1e-3  # the engine samples what the learner trains on
@@ -36,7 +36,7 @@ def test_smol_tool_agent_runs_its_supervised_stage_and_one_step(tmp_path, ray_se
     overrides = ["sft.steps=1", "training.steps=1", "training.prompts_per_step=2", "rollout.n=2"]
     overrides += ["task.num_eval_rows=4", f"run.output_dir={tmp_path}", "logging.console=false"]
     overrides += ["checkpoint.save_hf_model=false"]
-    summary = driver.train(load_config(REPO / "configs/smol_tool_agent.yaml", overrides))
+    summary = loop.train(load_config(REPO / "configs/smol_tool_agent.yaml", overrides))
     run = Path(summary["run_dir"])
     [sft] = [json.loads(line) for line in (run / "sft_metrics.jsonl").read_text().splitlines()]
     assert math.isfinite(sft["sft/nll"]) and sft["sft/tokens"] > 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["logging.console=false", "checkpoint.save_hf_model=false", "checkpoint.every=0", "logging.samples_every=0"]
@@ -18,5 +18,5 @@ QUIET = ["logging.console=false", "checkpoint.save_hf_model=false", "checkpoint.
 def test_the_whole_reward_model_recipe_raises_held_out_accuracy_on_every_seed(tmp_path, ray_session, seed):
     cfg = load_config(REPO / "configs/grpo_rm.yaml", [f"run.output_dir={tmp_path}", *QUIET, f"run.seed={seed}"])
     assert cfg.reward_model.rule_weight == 0.0
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.05

@@ -7,8 +7,8 @@ other seeds; tests/e2e/test_reward_model_rise.py runs the whole recipe over thre
 import json
 from pathlib import Path
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["logging.console=false", "checkpoint.save_hf_model=false", "checkpoint.every=0"]
@@ -18,7 +18,7 @@ def test_the_policy_trained_on_the_reward_model_alone_gets_more_held_out_sums_ri
     overrides = ["training.steps=10", "logging.samples_every=10"]
     cfg = load_config(REPO / "configs/grpo_rm.yaml", [f"run.output_dir={tmp_path}", *QUIET, *overrides])
     assert cfg.reward_model.rule_weight == 0.0  # the rule is no part of the training reward
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     run_dir = Path(summary["run_dir"])
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 10

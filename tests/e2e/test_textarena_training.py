@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 
 pytest.importorskip("textarena")
 
@@ -34,7 +34,7 @@ GAME = [
 
 
 def test_the_tiny_model_trains_two_steps_on_a_game(tmp_path, ray_session):
-    summary = driver.train(load_config(None, [f"run.output_dir={tmp_path}", *GAME]))
+    summary = loop.train(load_config(None, [f"run.output_dir={tmp_path}", *GAME]))
     steps = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 2
     assert all(m["env/errors"] == 0 and m["reward/errors"] == 0 for m in steps)

@@ -1,4 +1,4 @@
-"""End to end: driver.train on the tool-using math task, tool calls through the real sandbox.
+"""End to end: loop.train on the tool-using math task, tool calls through the real sandbox.
 
 A short CPU run of configs/math_tool.yaml (the warm-started tiny model is built offline and
 cached on first use). Checks that the run finished, that tool calls happened in the sandbox,
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import driver
 from relay.config import load_config
 from relay.tools.sandbox import SandboxConfig, sandbox_available
-from relay_trainer import steps
+from relay_trainer import loop, steps
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,7 +48,7 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
 
     monkeypatch.setattr(steps, "rollout", recording_rollout)
     reported = []
-    summary = driver.train(cfg, report=lambda step, metrics: reported.append(metrics))
+    summary = loop.train(cfg, report=lambda step, metrics: reported.append(metrics))
 
     # the run finished: every step reported, the last checkpoint written, metrics logged
     assert len(reported) == STEPS and len(batches) == STEPS

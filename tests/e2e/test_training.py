@@ -1,4 +1,4 @@
-"""End-to-end runs of driver.train on the tiny model through real Ray actors (CPU)."""
+"""End-to-end runs of loop.train on the tiny model through real Ray actors (CPU)."""
 
 import json
 from pathlib import Path
@@ -12,6 +12,7 @@ from relay.checkpoint.atomic import save_checkpoint
 from relay.checkpoint.manifest import CheckpointCorruptError
 from relay.config import load_config
 from relay.run import metric_keys as keys
+from relay_trainer import loop
 from tests.weight_checks import check_workers, perturb, weight_address
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ QUIET = ["logging.console=false", "checkpoint.save_hf_model=false"]
 
 def run(tmp_path, config="default", overrides=(), resume=False, report=None):
     cfg = load_config(REPO / f"configs/{config}.yaml", [f"run.output_dir={tmp_path}", *QUIET, *overrides])
-    return driver.train(cfg, resume=resume, report=report)
+    return loop.train(cfg, resume=resume, report=report)
 
 
 def metrics(run_dir) -> dict[int, dict]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-import driver
 from relay.config import load_config
 from relay.failures import RunFailed
+from relay_trainer import loop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,7 @@ def test_nan_rewards_are_counted_and_never_reach_the_weights(tmp_path, ray_sessi
         REPO / "configs/default.yaml",
         [f"run.output_dir={tmp_path}", *SMALL, f"task.reward_fn={NAN_WHEN_WRONG}", "checkpoint.every=3"],
     )
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     steps = metrics(summary["run_dir"])
     assert sum(m["reward/errors"] for m in steps) > 0  # wrong answers: NaN, counted
     assert all(math.isfinite(m["reward/mean"]) and math.isfinite(m.get("actor/loss", 0.0)) for m in steps)
@@ -127,5 +127,5 @@ def test_a_run_of_nothing_but_reward_errors_stops_and_says_why(tmp_path, ray_ses
     with pytest.raises(
         RunFailed, match=r"reward function failed on every sample for 3 steps in a row; the last: .*nan"
     ):
-        driver.train(cfg)
+        loop.train(cfg)
     assert len(metrics(tmp_path / "tiny-grpo")) == 2  # logged until the third failed step stopped it

@@ -10,8 +10,8 @@ import pytest
 import ray
 import torch
 
-import driver
 from relay.config import load_config
+from relay_trainer import loop
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def train(tmp_path, overrides):
             *overrides,
         ],
     )
-    summary = driver.train(cfg)
+    summary = loop.train(cfg)
     steps = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     return summary, steps
 
