@@ -39,7 +39,7 @@ import torch
 
 from relay.config.schema import TrainingConfig
 from relay.engines.hf import load_named_tensors
-from relay.update.precision import autocast_forward
+from relay.update.precision import autocast_forward, bf16_unsupported
 
 MIB = 2**20
 
@@ -283,6 +283,9 @@ def main() -> None:
     from relay.models.loading import load_model
     from relay.models.resolve import model_folder
 
+    if "bf16" in a.modes and (why := bf16_unsupported(torch.device("cpu"))):  # an AVX2-only CPU, for one
+        print(f"roofline: bf16 left out: {why}", flush=True)
+        a.modes, a.gap = [m for m in a.modes if m != "bf16"], False  # the gap compares bf16 layouts
     peaks = machine_peaks(a.seconds)
     print("at the start:", peaks_line(peaks), flush=True)  # each part as it comes: a busy machine may stop a long run
     model = load_model(model_folder(a.model), "float32", attn_implementation=a.attn)
