@@ -36,6 +36,7 @@ def actor_nodes(prefix: str) -> dict[str, str]:
     return {a["Name"]: a["Address"]["NodeID"] for a in ray._private.state.actors().values() if a["Name"].startswith(prefix)}
 
 
+@pytest.mark.slow  # placement's bundles and names stay in the default tier: tests/unit/test_follow_rollout_config.py
 def test_each_rollout_worker_has_its_environments_and_tools_on_its_node(cluster):
     _, rollout_nodes = cluster
     cfg = load_config(

@@ -37,6 +37,7 @@ def two_node_cluster():
         yield cluster, temp_dir
 
 
+@pytest.mark.slow  # the pool's bookkeeping stays in the default tier: tests/unit/test_elastic_driver.py
 def test_a_node_joins_the_pool_and_losing_it_loses_no_sample(two_node_cluster, tmp_path):
     from relay_trainer import loop
 

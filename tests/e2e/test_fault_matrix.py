@@ -4,23 +4,21 @@ trains no sample twice, trains every prompt group of every step, takes the fault
 its point stops the run by design (then auto_resume goes on), and in sync mode matches the
 undisturbed run's rewards step for step.
 
-The default tier runs a sample that crosses every mode and layout and four of the six kinds; the slow tier runs
-every cell, node-loss rows included (`pytest -m slow tests/e2e/test_fault_matrix.py`, about two hours on 2 cores).
+The default tier runs two cells: a learner killed in a colocated sync step, and an environment pool's
+process killed in async mode; the slow tier runs every other cell, node-loss rows included
+(`pytest -m slow tests/e2e/test_fault_matrix.py`, about two hours on 2 cores).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import fault_matrix
 from benchmarks.fault_matrix import Cell, all_cells, judged_cell
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 SAMPLE = [
-    Cell("weights.load.shared_memory", "hang", "sync", "separate", "shared_memory"),
     Cell("env.step", "sigkill", "async", "separate", "shared_memory"),
-    Cell("weights.load.broadcast", "exception", "one_step_off", "separate", "broadcast"),
     Cell("learner.update", "ray_kill", "sync", "colocated", "none"),
 ]
 BASELINES: dict = {}  # a configuration's undisturbed rewards, made once for the file's cells
@@ -31,17 +29,14 @@ def check(cell: Cell, tmp_path) -> None:
     assert outcome.passed(), outcome.line()
 
 
-def test_the_sample_crosses_every_kind_mode_and_layout():
+def test_the_sample_crosses_both_layouts_and_the_sync_and_async_loops():
     assert all(c in all_cells() for c in SAMPLE)
-    assert {c.kind for c in SAMPLE} == {"sigkill", "hang", "ray_kill", "exception"}  # slow, node: the slow tier
-    assert {c.mode for c in SAMPLE} == {"sync", "one_step_off", "async"}
+    assert {c.mode for c in SAMPLE} == {"sync", "async"}
     assert {c.layout for c in SAMPLE} == {"separate", "colocated"}
 
 
 @pytest.mark.parametrize("cell", SAMPLE, ids=lambda c: c.name)
-def test_a_sampled_cell_survives(cell, tmp_path, monkeypatch):
-    # the hang is found at the call deadline: 4 s, still far above a healthy call of the tiny model
-    monkeypatch.setattr(fault_matrix, "CALL_TIMEOUT_S", 4.0)
+def test_a_sampled_cell_survives(cell, tmp_path):
     check(cell, tmp_path)
 
 

@@ -119,6 +119,7 @@ def signal_a_worker_after_step_1(tmp_path, monkeypatch, sig: int, overrides: lis
     return sum((Counter({k: v for k, v in m.items() if k.startswith("faults/")}) for m in reported), Counter())
 
 
+@pytest.mark.slow  # the default tier's async fault: tests/e2e/test_fault_matrix.py's env.step/sigkill/async cell
 def test_async_rollout_worker_killed_mid_stream_has_its_groups_redone_once(tmp_path, ray_session, monkeypatch):
     """A rollout worker SIGKILLed with calls queued on it does not stop the run: Ray restarts it,
     the producer re-sends it the weights and sends the lost calls again; the loss is counted."""

