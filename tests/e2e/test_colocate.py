@@ -40,6 +40,7 @@ def test_one_call_steps_only_where_nothing_runs_between_rollout_and_update(overr
     assert not one_call_steps(cfg, actors)
 
 
+@pytest.mark.slow  # the default tier restores a colocated worker killed in its step: tests/e2e/test_fault_matrix.py
 def test_colocated_worker_killed_in_its_rollout_shard_is_restored_and_the_shard_redone(tmp_path, ray_session):
     """With an environment pool the step is separate calls; the colocated actor SIGKILLed inside
     step 2's rollout shard is restored as the learner and the shard redone, same prompts and seed."""
