@@ -16,6 +16,8 @@ class Episode:
     row: dict[str, Any]
     group_id: int
     max_total_tokens: int
+    index: int = 0  # the episode's place in its group of group_size: 0..group_size-1
+    group_size: int = 1
     prompt_ids: list[int] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)  # the prompt as messages (reward models re-render them)
     response_ids: list[int] = field(default_factory=list)
@@ -48,6 +50,16 @@ class Episode:
     @property
     def room(self) -> int:
         return self.max_total_tokens - len(self.response_ids)
+
+
+def tool_reply(e: Episode, name: str, ok: bool, text: str) -> str:
+    """The text a tool call's result shows the model. A row may carry a nudge for exploration:
+    {"tool": NAME, "share": S, "text": "... {output} ..."} rewrites a successful reply of that tool in
+    the first S of its group's episodes (tool_chain's task.nudge; held-out rows never carry one)."""
+    nudge = e.row.get("nudge")
+    if not (ok and nudge and nudge["tool"] == name and e.index < round(nudge["share"] * e.group_size)):
+        return text
+    return nudge["text"].replace("{output}", text.strip())
 
 
 def capped_calls(calls: list[ToolCall], errors: list[str], cap: int) -> tuple[list[ToolCall], list[str]]:

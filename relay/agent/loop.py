@@ -40,8 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from relay.agent.episode import Episode as _Episode
-from relay.agent.episode import capped_calls, round_robin
-from relay.agent.metrics import episode_metrics, tool_call_counts  # noqa: F401  (their old home)
+from relay.agent.episode import capped_calls, round_robin, tool_reply
 from relay.config import RolloutConfig, ToolsConfig
 from relay.engines.base import Completion, Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
@@ -161,7 +160,9 @@ class AgentLoop:
             joining = []  # rows start while there is room (always one group, when nothing runs)
             while pending and (not max_live or not live + joining or len(live) + len(joining) + n <= max_live):
                 i, row = pending.popleft()
-                joining += [_Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, budget) for k in range(n)]
+                joining += [
+                    _Episode(f"{episode_prefix}-{i}-{k}", row, first_group_id + i, budget, k, n) for k in range(n)
+                ]
             if joining:
                 self._start(joining)
                 live += joining
@@ -300,7 +301,7 @@ class AgentLoop:
                         "turn": e.turns,
                     }
                 )
-                texts.append((call, res.observation()))
+                texts.append((call, tool_reply(e, call.name, res.ok, res.observation())))
             for err in e.parse_errors:
                 e.tool_calls.append(
                     {"name": None, "arguments": None, "ok": False, "error": err, "seconds": 0.0, "turn": e.turns}

@@ -80,6 +80,7 @@ class TaskConfig(ReasoningGymFields, TextArenaFields, BfclFields):  # their fiel
     operand_min: int = 2
     operand_max: int = 20
     worked_example: bool = False  # tool_chain: one whole two-call episode in the system prompt
+    nudge: float = 0.0  # tool_chain: share of a training group whose lookup reply names the next step
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 

@@ -47,6 +47,10 @@ def validate_task(task: TaskConfig) -> list[str]:
         not task.worked_example or task.name == "tool_chain",
         f"task.worked_example: only the tool_chain task has one, not {task.name!r}",
     )
+    need(
+        0 <= task.nudge <= 1 and (not task.nudge or task.name == "tool_chain"),
+        f"task.nudge: a share in [0, 1] for the tool_chain task, got {task.nudge} for {task.name!r}",
+    )
     for key in ("train_file", "eval_file"):
         f = getattr(task, key)
         need(f is None or Path(f).exists(), f"task.{key}: file not found: {f}")

@@ -31,6 +31,7 @@ SYSTEM = (
     "Its output comes back in a tool message, and you may call a tool again. "
     "Then answer with the number only."
 )
+NUDGE = "Now compute with python."
 QUESTION = "Let x be the number stored under key {key}. What is x * {b}?"
 # task.worked_example: one whole episode in the system prompt, for a run with no demonstrations
 EXAMPLE_KEY, EXAMPLE_B = "AB1", 12
@@ -48,10 +49,15 @@ def as_row(key: str, b: int, worked_example: bool = False) -> dict[str, Any]:
     return {"messages": messages, "ground_truth": str(value(key) * b), "key": key, "b": b}
 
 
-def make_rows(num_train: int, num_eval: int, seed: int, worked_example: bool = False) -> tuple[list[dict], list[dict]]:
+def make_rows(
+    num_train: int, num_eval: int, seed: int, worked_example: bool = False, nudge: float = 0.0
+) -> tuple[list[dict], list[dict]]:
     """(training rows, held-out rows): num_eval distinct held-out problems drawn first with the
     run's seed, then training problems whose keys are none of the held-out ones. worked_example:
-    the system prompt ends with one whole two-call episode."""
+    the system prompt ends with one whole two-call episode. nudge: in that share of each training
+    group's episodes a successful lookup replies "QX4 holds 517. Now compute with python.", which
+    makes the untaught second call likely enough for a group to hold a success; held-out episodes
+    always read the bare number, so the skill they score is the one the plain reply draws."""
     rng = random.Random(seed)
     shown = {EXAMPLE_KEY} if worked_example else set()  # the example's key is asked by no row
     held_out: dict[tuple[str, int], None] = {}
@@ -65,7 +71,11 @@ def make_rows(num_train: int, num_eval: int, seed: int, worked_example: bool = F
         key, b = random_key(rng), rng.randint(11, 99)
         if key not in held_out_keys:
             train.append((key, b))
-    return [as_row(*p, worked_example) for p in train], [as_row(*p, worked_example) for p in held_out]
+    rows = [as_row(*p, worked_example) for p in train]
+    if nudge:
+        for row in rows:
+            row["nudge"] = {"tool": "lookup", "share": nudge, "text": f"{row['key']} holds {{output}}. {NUDGE}"}
+    return rows, [as_row(*p, worked_example) for p in held_out]
 
 
 def demonstrations(rows: list[dict]) -> list[dict]:
@@ -76,5 +86,9 @@ def demonstrations(rows: list[dict]) -> list[dict]:
         lookup_call = tool_call("lookup", {"key": row["key"]})
         out.append(one_call_episode(system, f"What is the number stored under key {row['key']}?", lookup_call, x))
         expr = f"{x} * {row['b']}"
-        out.append(one_call_episode(system, f"What is {expr}?", tool_call("python", {"code": f"print({expr})"}), row["ground_truth"]))
+        out.append(
+            one_call_episode(
+                system, f"What is {expr}?", tool_call("python", {"code": f"print({expr})"}), row["ground_truth"]
+            )
+        )
     return out

@@ -21,8 +21,8 @@ def task_rows(t: TaskConfig, tools: ToolsConfig, seed: int) -> tuple[list[dict],
         ops = "".join(dict.fromkeys(t.ops))
         return chat_arithmetic.make_rows(t.num_train_rows, t.num_eval_rows, seed, ops, t.operand_min, t.operand_max)
     if t.name in TOOL_TASKS:  # held-out problems are never among the training rows
-        example = {"worked_example": True} if t.worked_example else {}
-        rows = TOOL_TASKS[t.name].make_rows(t.num_train_rows, t.num_eval_rows, seed, **example)
+        chain = {"worked_example": t.worked_example, "nudge": t.nudge} if t.name == "tool_chain" else {}
+        rows = TOOL_TASKS[t.name].make_rows(t.num_train_rows, t.num_eval_rows, seed, **chain)
         return checked_split(*rows, "task.name")
     if t.name == "reasoning_gym":  # held-out rows from seeds training never uses, none asked in training
         return checked_split(*reasoning_gym.make_rows(t, seed), "task.datasets")

@@ -8,15 +8,19 @@ from types import SimpleNamespace
 
 import pytest
 
+from relay.agent.loop import AgentLimits, AgentLoop
 from relay.config import ConfigError, load_config
+from relay.engines.base import SamplingParams
 from relay.envs import keyed_values, math_tool, tool_chain, tool_retry
 from relay.envs.chat_arithmetic import chat_arithmetic_reward
 from relay.envs.demonstrations import read_demonstrations, tool_call_problem
 from relay.envs.tool_tasks import TOOL_TASKS, overlap, question
+from relay.models.tokenizer import build_tiny_tokenizer
 from relay.run.rows import checked_split, task_rows
 from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolRegistry
+from tests.agent_scripts import EOS, ScriptedEngine
 
 HERMES = get_parser("hermes")
 
@@ -93,6 +97,41 @@ def test_the_worked_example_is_one_whole_two_call_episode_whose_key_no_row_asks(
             [
                 "task.name=tool_retry",
                 "task.worked_example=true",
+                "tools.enabled=true",
+                "tools.functions=[relay.envs.keyed_values:lookup]",
+            ],
+        )
+
+
+def test_a_nudge_names_the_next_step_in_its_share_of_a_training_group_and_never_in_held_out():
+    train, held_out = tool_chain.make_rows(50, 128, seed=0, nudge=0.25)
+    assert all(r["nudge"]["share"] == 0.25 for r in train) and not any("nudge" in r for r in held_out)
+    tok, registry = build_tiny_tokenizer(), ToolRegistry([keyed_values.lookup])
+
+    def lookup_replies(row: dict) -> list[str]:
+        """What each of 8 episodes read after calling lookup on the row's key, then python."""
+        calls = [keyed_values.tool_call("lookup", {"key": row["key"]}), keyed_values.tool_call("python", {})]
+        engine = ScriptedEngine(tok, lambda turn, text: [*calls, "done"][turn] + EOS)
+        run_tools = lambda batch: [registry.call(c) for c in batch]  # noqa: E731  (python is unknown: an error)
+        loop = AgentLoop(
+            engine, tok, AgentLimits(max_tokens_per_turn=200, max_total_tokens=2000), parser=HERMES, run_tools=run_tools
+        )
+        samples = loop.run([{k: v for k, v in row.items() if k != "messages"} | {"prompt": "?"}], SamplingParams(), n=8)
+        return [tok.decode(s.response_ids[s.turn_spans[0][1] : s.turn_spans[1][0]]) for s in samples]
+
+    x = keyed_values.value(train[0]["key"])
+    nudged = [f"{train[0]['key']} holds {x}. {tool_chain.NUDGE}" in reply for reply in lookup_replies(train[0])]
+    assert nudged == [True, True] + [False] * 6  # the first quarter of the group
+    assert all(f"{x}" in reply and tool_chain.NUDGE not in reply for reply in lookup_replies(train[0])[2:])
+    assert not any(tool_chain.NUDGE in reply for reply in lookup_replies(held_out[0]))
+    with pytest.raises(
+        ConfigError, match=r"task.nudge: a share in \[0, 1\] for the tool_chain task, got 0.5 for 'tool_retry'"
+    ):
+        load_config(
+            None,
+            [
+                "task.name=tool_retry",
+                "task.nudge=0.5",
                 "tools.enabled=true",
                 "tools.functions=[relay.envs.keyed_values:lookup]",
             ],
