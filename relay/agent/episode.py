@@ -42,6 +42,8 @@ class Episode:
     parse_errors: list[str] = field(default_factory=list)
     action: str | None = None
     eos_token: int | None = None  # the stop token that ended the current turn
+    # nudged replies: (start in response_ids, its token count, the bare reply's ids)
+    swaps: list[tuple[int, int, list[int]]] = field(default_factory=list)
 
     @property
     def turns(self) -> int:
@@ -51,11 +53,27 @@ class Episode:
     def room(self) -> int:
         return self.max_total_tokens - len(self.response_ids)
 
+    def swap_in_bare_replies(self) -> None:
+        """Lay the episode out as trained: each nudged tool reply becomes the bare reply, so the
+        model's later turns are learnt in the context a held-out episode shows (the learner's old
+        logprobs are its own, on these tokens; the engine's logprobs after a swap were read in the
+        nudged context). Turn spans and token rewards after a swap move with it."""
+        for start, length, ids in reversed(self.swaps):
+            end, shift = start + length, len(ids) - length
+            self.response_ids[start:end] = ids
+            self.logprobs[start:end] = [0.0] * len(ids)
+            self.mask[start:end] = [0] * len(ids)
+            self.versions[start:end] = self.versions[start : start + 1] * len(ids)
+            self.spans = [(a + shift * (a >= end), b + shift * (b >= end)) for a, b in self.spans]
+            self.token_rewards = {t + shift * (t >= end): r for t, r in self.token_rewards.items()}
+        self.swaps = []
+
 
 def tool_reply(e: Episode, name: str, ok: bool, text: str) -> str:
     """The text a tool call's result shows the model. A row may carry a nudge for exploration:
     {"tool": NAME, "share": S, "text": "... {output} ..."} rewrites a successful reply of that tool in
-    the first S of its group's episodes (tool_chain's task.nudge; held-out rows never carry one)."""
+    the first S of its group's episodes (tool_chain's task.nudge; held-out rows never carry one).
+    The episode is trained on with the bare reply (Episode.swap_in_bare_replies)."""
     nudge = e.row.get("nudge")
     if not (ok and nudge and nudge["tool"] == name and e.index < round(nudge["share"] * e.group_size)):
         return text

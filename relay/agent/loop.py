@@ -36,12 +36,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from relay.agent.episode import Episode as _Episode
 from relay.agent.episode import capped_calls, round_robin, tool_reply
-from relay.config import RolloutConfig, ToolsConfig
+from relay.agent.limits import AgentLimits
 from relay.engines.base import Completion, Engine, SamplingParams
 from relay.envs.base import ResetResult, StepResult
 from relay.envs.chat import ChatFormat
@@ -50,36 +50,6 @@ from relay.failures import print_failure
 from relay.tools.calls import ParseResult, ToolCall, ToolParser
 from relay.tools.registry import ToolResult
 from relay.types import FinishReason, Sample
-
-
-@dataclass(frozen=True)
-class AgentLimits:
-    max_turns: int = 4  # model turns per episode
-    max_tool_turns: int = 3  # model turns that may call tools
-    max_tokens_per_turn: int = 64
-    max_total_tokens: int = 512  # response tokens: model and observation tokens together
-    max_calls_per_turn: int = 16  # tool calls run per turn; the rest are one error the model reads
-
-    def __post_init__(self):
-        if self.max_turns < 1 or self.max_tool_turns < 0 or self.max_tokens_per_turn < 1 or self.max_calls_per_turn < 1:
-            raise ValueError(f"invalid agent limits: {self}")
-        if self.max_total_tokens < self.max_tokens_per_turn:
-            raise ValueError(
-                f"max_total_tokens ({self.max_total_tokens}) < max_tokens_per_turn ({self.max_tokens_per_turn})"
-            )
-
-    @classmethod
-    def of(cls, r: RolloutConfig, tl: ToolsConfig) -> AgentLimits:
-        """The limits rollout.* and tools.* set (validate() has checked them): max_tool_turns only
-        with tools.enabled, max_tokens_per_turn defaults to rollout.max_new_tokens."""
-        return cls(
-            max_turns=r.max_turns,
-            max_tool_turns=tl.max_tool_turns if tl.enabled else 0,
-            max_tokens_per_turn=r.max_tokens_per_turn or r.max_new_tokens,
-            max_total_tokens=r.max_total_tokens,
-            max_calls_per_turn=tl.max_calls_per_turn,
-        )
-
 
 # ------------------------------------------------------------------------------ the loop
 
@@ -288,7 +258,8 @@ class AgentLoop:
             raise RuntimeError(f"run_tools returned {len(results)} results for {len(order)} calls")
         result_of = dict(zip(order, results))
         for i, e in enumerate(episodes):
-            texts: list[tuple[ToolCall, str]] = []
+            texts: list[tuple[ToolCall, str]] = []  # what each call returned
+            shown: list[tuple[ToolCall, str]] = []  # what the model reads: a reply may be nudged
             for j, call in enumerate(e.calls):
                 res = result_of[i, j]
                 e.tool_calls.append(
@@ -301,21 +272,23 @@ class AgentLoop:
                         "turn": e.turns,
                     }
                 )
-                texts.append((call, tool_reply(e, call.name, res.ok, res.observation())))
+                texts.append((call, res.observation()))
+                shown.append((call, tool_reply(e, call.name, res.ok, texts[-1][1])))
             for err in e.parse_errors:
                 e.tool_calls.append(
                     {"name": None, "arguments": None, "ok": False, "error": err, "seconds": 0.0, "turn": e.turns}
                 )
                 texts.append((ToolCall("", {}, ""), f"Error: {err}"))
-            role = self.parser.result_role
-            if role is None and e.eos_token is None:
-                observation: str | list[dict] = "".join(self.parser.format_result(c, t) for c, t in texts)
-            else:  # a "tool" turn (hermes, json, ...) or the model already closed its message
-                observation = [
-                    {"role": role or "tool", "name": c.name, "content": self.parser.format_result(c, t)}
-                    for c, t in texts
-                ]
-            self._observe(e, observation)
+                shown.append(texts[-1])
+            bare = self._results_observation(e, texts)
+            self._observe(e, self._results_observation(e, shown), bare if shown != texts else None)
+
+    def _results_observation(self, e: _Episode, texts: list[tuple[ToolCall, str]]) -> str | list[dict]:
+        role = self.parser.result_role
+        if role is None and e.eos_token is None:
+            return "".join(self.parser.format_result(c, t) for c, t in texts)
+        # a "tool" turn (hermes, json, ...) or the model already closed its message
+        return [{"role": role or "tool", "name": c.name, "content": self.parser.format_result(c, t)} for c, t in texts]
 
     def _env(self, episodes: list[_Episode]) -> None:
         if not episodes:
@@ -345,11 +318,15 @@ class AgentLoop:
                 user = isinstance(r.observation, str)
                 self._observe(e, [{"role": "user", "content": r.observation}] if user else r.observation)
 
-    def _observe(self, e: _Episode, observation: str | list[dict]) -> None:
+    def _observe(self, e: _Episode, observation: str | list[dict], bare: str | list[dict] | None = None) -> None:
+        """Append an observation's tokens. `bare`: the observation without its nudge, whose tokens
+        the Sample trains on in its place (Episode.swap_in_bare_replies)."""
         ids = self.format.observation_ids(observation, e.eos_token)
         if len(ids) >= e.room:  # no room left for a model token after it
             e.finish = FinishReason.BUDGET
             return
+        if bare is not None:
+            e.swaps.append((len(e.response_ids), len(ids), self.format.observation_ids(bare, e.eos_token)))
         e.response_ids += ids
         e.logprobs += [0.0] * len(ids)
         e.versions += [e.versions[-1] if e.versions else self.engine.weight_version] * len(ids)
@@ -357,6 +334,7 @@ class AgentLoop:
 
     def _sample(self, e: _Episode) -> Sample:
         """The one place Samples are made: single-turn, tool and environment episodes alike."""
+        e.swap_in_bare_replies()
         tool_errors = sum(not c["ok"] for c in e.tool_calls)
         meta = {
             "episode_id": e.id,

@@ -103,27 +103,42 @@ def test_the_worked_example_is_one_whole_two_call_episode_whose_key_no_row_asks(
         )
 
 
-def test_a_nudge_names_the_next_step_in_its_share_of_a_training_group_and_never_in_held_out():
+def test_a_nudge_names_the_next_step_in_its_share_of_a_training_group_and_is_trained_on_bare():
     train, held_out = tool_chain.make_rows(50, 128, seed=0, nudge=0.25)
     assert all(r["nudge"]["share"] == 0.25 for r in train) and not any("nudge" in r for r in held_out)
     tok, registry = build_tiny_tokenizer(), ToolRegistry([keyed_values.lookup])
+    calls = [keyed_values.tool_call("lookup", {"key": "?"}), keyed_values.tool_call("python", {}), "done"]
 
-    def lookup_replies(row: dict) -> list[str]:
-        """What each of 8 episodes read after calling lookup on the row's key, then python."""
-        calls = [keyed_values.tool_call("lookup", {"key": row["key"]}), keyed_values.tool_call("python", {})]
-        engine = ScriptedEngine(tok, lambda turn, text: [*calls, "done"][turn] + EOS)
-        run_tools = lambda batch: [registry.call(c) for c in batch]  # noqa: E731  (python is unknown: an error)
-        loop = AgentLoop(
-            engine, tok, AgentLimits(max_tokens_per_turn=200, max_total_tokens=2000), parser=HERMES, run_tools=run_tools
-        )
+    def episodes(row: dict) -> tuple[list[str], list]:
+        """8 episodes that call lookup on the row's key, then python (an unknown tool here), then answer:
+        the lookup reply each one read, and the Samples."""
+        script = lambda turn, text: calls[turn].replace("?", row["key"]) + EOS  # noqa: E731
+        engine = ScriptedEngine(tok, script)
+        limits = AgentLimits(max_tokens_per_turn=200, max_total_tokens=2000)
+        loop = AgentLoop(engine, tok, limits, parser=HERMES, run_tools=lambda batch: [registry.call(c) for c in batch])
         samples = loop.run([{k: v for k, v in row.items() if k != "messages"} | {"prompt": "?"}], SamplingParams(), n=8)
-        return [tok.decode(s.response_ids[s.turn_spans[0][1] : s.turn_spans[1][0]]) for s in samples]
+        second_turn_prompts = [
+            tok.decode(p) for p, out, _ in engine.outputs if tok.decode(out).startswith(calls[1][:25])
+        ]
+        return second_turn_prompts, samples
 
-    x = keyed_values.value(train[0]["key"])
-    nudged = [f"{train[0]['key']} holds {x}. {tool_chain.NUDGE}" in reply for reply in lookup_replies(train[0])]
-    assert nudged == [True, True] + [False] * 6  # the first quarter of the group
-    assert all(f"{x}" in reply and tool_chain.NUDGE not in reply for reply in lookup_replies(train[0])[2:])
-    assert not any(tool_chain.NUDGE in reply for reply in lookup_replies(held_out[0]))
+    x, key = keyed_values.value(train[0]["key"]), train[0]["key"]
+    read, samples = episodes(train[0])
+    assert [f"{key} holds {x}. {tool_chain.NUDGE}" in r for r in read] == [True, True] + [False] * 6  # a quarter
+    assert all(r.endswith(f"tool\n{x}<|im_end|>\n<|im_start|>assistant\n") for r in read[2:])
+    for s in samples:  # every Sample holds the bare reply: the context a held-out episode shows
+        text = tok.decode(s.response_ids)
+        assert tool_chain.NUDGE not in text and f"tool\n{x}<|im_end|>" in text and s.final_text == "done"
+        turns = [tok.decode(s.response_ids[a:b]) for a, b in s.turn_spans]
+        assert turns == [calls[0].replace("?", key), calls[1], "done<|im_end|>"]
+        assert (
+            sum(s.loss_mask)
+            == sum(b - a for a, b in s.turn_spans)
+            == len(s.rollout_logprobs) - s.rollout_logprobs.count(0.0)
+        )
+    assert samples[0].response_ids == samples[7].response_ids
+    read, _ = episodes(held_out[0])
+    assert not any(tool_chain.NUDGE in r for r in read)
     with pytest.raises(
         ConfigError, match=r"task.nudge: a share in \[0, 1\] for the tool_chain task, got 0.5 for 'tool_retry'"
     ):
