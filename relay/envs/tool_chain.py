@@ -31,7 +31,6 @@ SYSTEM = (
     "Its output comes back in a tool message, and you may call a tool again. "
     "Then answer with the number only."
 )
-NUDGE = "Now compute with python."
 QUESTION = "Let x be the number stored under key {key}. What is x * {b}?"
 # task.worked_example: one whole episode in the system prompt, for a run with no demonstrations
 EXAMPLE_KEY, EXAMPLE_B = "AB1", 12
@@ -55,9 +54,9 @@ def make_rows(
     """(training rows, held-out rows): num_eval distinct held-out problems drawn first with the
     run's seed, then training problems whose keys are none of the held-out ones. worked_example:
     the system prompt ends with one whole two-call episode. nudge: in that share of each training
-    group's episodes a successful lookup replies "QX4 holds 517. Now compute with python.", which
-    makes the untaught second call likely enough for a group to hold a success; held-out episodes
-    always read the bare number, so the skill they score is the one the plain reply draws."""
+    group's episodes a successful lookup replies "QX4 holds 517. Now compute 517 * 23 with python.",
+    which makes the untaught second call likely enough for a group to hold a success. The episode
+    is trained on with the bare reply, "517", the one held-out episodes read."""
     rng = random.Random(seed)
     shown = {EXAMPLE_KEY} if worked_example else set()  # the example's key is asked by no row
     held_out: dict[tuple[str, int], None] = {}
@@ -74,7 +73,8 @@ def make_rows(
     rows = [as_row(*p, worked_example) for p in train]
     if nudge:
         for row in rows:
-            row["nudge"] = {"tool": "lookup", "share": nudge, "text": f"{row['key']} holds {{output}}. {NUDGE}"}
+            text = f"{row['key']} holds {{output}}. Now compute {{output}} * {row['b']} with python."
+            row["nudge"] = {"tool": "lookup", "share": nudge, "text": text}
     return rows, [as_row(*p, worked_example) for p in held_out]
 
 

@@ -123,12 +123,13 @@ def test_a_nudge_names_the_next_step_in_its_share_of_a_training_group_and_is_tra
         return second_turn_prompts, samples
 
     x, key = keyed_values.value(train[0]["key"]), train[0]["key"]
+    nudge = f"{key} holds {x}. Now compute {x} * {train[0]['b']} with python."
     read, samples = episodes(train[0])
-    assert [f"{key} holds {x}. {tool_chain.NUDGE}" in r for r in read] == [True, True] + [False] * 6  # a quarter
+    assert [nudge in r for r in read] == [True, True] + [False] * 6  # a quarter of the group
     assert all(r.endswith(f"tool\n{x}<|im_end|>\n<|im_start|>assistant\n") for r in read[2:])
     for s in samples:  # every Sample holds the bare reply: the context a held-out episode shows
         text = tok.decode(s.response_ids)
-        assert tool_chain.NUDGE not in text and f"tool\n{x}<|im_end|>" in text and s.final_text == "done"
+        assert "holds" not in text and f"tool\n{x}<|im_end|>" in text and s.final_text == "done"
         turns = [tok.decode(s.response_ids[a:b]) for a, b in s.turn_spans]
         assert turns == [calls[0].replace("?", key), calls[1], "done<|im_end|>"]
         assert (
@@ -138,7 +139,7 @@ def test_a_nudge_names_the_next_step_in_its_share_of_a_training_group_and_is_tra
         )
     assert samples[0].response_ids == samples[7].response_ids
     read, _ = episodes(held_out[0])
-    assert not any(tool_chain.NUDGE in r for r in read)
+    assert not any("holds" in r for r in read)
     with pytest.raises(
         ConfigError, match=r"task.nudge: a share in \[0, 1\] for the tool_chain task, got 0.5 for 'tool_retry'"
     ):
