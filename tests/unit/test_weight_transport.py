@@ -3,6 +3,7 @@ with the gloo backend in plain processes; and which transport `auto` picks (rela
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
 
 import torch
@@ -49,7 +50,11 @@ def _receiver(rank: int, world: int, port: int, plan, queue) -> None:
         pairs = [(k, v.clone()) for k, v in stream]  # clone: views die with their bucket
         names = [k for k, _ in pairs]
         assert names.index("lm_head.weight") == names.index("embed.weight") + 1  # tied names travel together
-        queue.put((rank, dict(pairs)))
+        # as bytes: a tensor put on the queue as is passes a file descriptor that only a live process
+        # can hand over, and this one may have exited by the time the test reads it
+        buffer = io.BytesIO()
+        torch.save(dict(pairs), buffer)
+        queue.put((rank, buffer.getvalue()))
 
 
 def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
@@ -72,7 +77,7 @@ def test_gloo_broadcast_delivers_every_tensor_bit_exactly():
     for p in procs:
         p.join(timeout=60)
     for rank in (1, 2):
-        rounds = [sd for r, sd in got if r == rank]
+        rounds = [torch.load(io.BytesIO(sd)) for r, sd in got if r == rank]
         for sent, received in zip((first, second), rounds):
             assert received.keys() == sent.keys()
             for name, t in sent.items():
