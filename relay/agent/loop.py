@@ -280,8 +280,8 @@ class AgentLoop:
                 )
                 texts.append((ToolCall("", {}, ""), f"Error: {err}"))
                 shown.append(texts[-1])
-            bare = self._results_observation(e, texts)
-            self._observe(e, self._results_observation(e, shown), bare if shown != texts else None)
+            bare = self._results_observation(e, texts) if shown != texts else None
+            self._observe(e, self._results_observation(e, shown), bare)
 
     def _results_observation(self, e: _Episode, texts: list[tuple[ToolCall, str]]) -> str | list[dict]:
         role = self.parser.result_role
