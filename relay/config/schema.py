@@ -96,8 +96,10 @@ class TaskConfig(ReasoningGymFields, TextArenaFields, BfclFields):  # their fiel
             return "relay.envs.reasoning_gym:reasoning_gym_reward"
         if self.name == "bfcl":  # BFCL's own AST checker on the parsed calls
             return "relay.envs.bfcl:bfcl_reward"
-        if self.name in ("chat_arithmetic", *TOOL_TASK_TOOLS):  # the last integer of the final turn
+        if self.name == "chat_arithmetic":  # the last integer of the final turn
             return "relay.envs.chat_arithmetic:chat_arithmetic_reward"
+        if self.name in TOOL_TASK_TOOLS:  # the same, of an answer turn the model ended itself
+            return "relay.envs.tool_tasks:tool_answer_reward"
         return "relay.envs.arithmetic:arithmetic_reward"
 
 

@@ -1,15 +1,25 @@
 """The built-in tool tasks by name (task.name): each module makes its disjoint training and
 held-out rows (`make_rows(num_train, num_eval, seed)`), writes demonstrations for the supervised
 stage (`demonstrations(rows)`). The tools each one's episodes call are config data
-(relay.config.schema.TOOL_TASK_TOOLS), checked against tools.* before any actor starts."""
+(relay.config.schema.TOOL_TASK_TOOLS), checked against tools.* before any actor starts. Their
+reward is `tool_answer_reward`."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
 from relay.envs import chat_tool, tool_chain, tool_retry
+from relay.envs.chat_arithmetic import chat_arithmetic_reward
+from relay.types import FinishReason
 
 TOOL_TASKS: dict[str, ModuleType] = {"chat_tool": chat_tool, "tool_chain": tool_chain, "tool_retry": tool_retry}
+
+
+def tool_answer_reward(sample, env=None) -> float:
+    """1 when the episode ends with an answer turn whose last integer is the answer, 0 otherwise.
+    An episode cut at its turn or token budget gave no answer, whatever its last turn holds: read
+    as an answer, a cut `print(7140)` call scored, and a policy learnt to call on until the budget."""
+    return chat_arithmetic_reward(sample) if sample.finish_reason == FinishReason.STOP else 0.0
 
 
 def question(row: dict) -> str:

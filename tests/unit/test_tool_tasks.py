@@ -4,6 +4,7 @@ episodes earning the reward; the lookup tool's errors that name the right key; a
 that stops a run before any actor starts, in one line."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,14 +13,14 @@ from relay.agent.loop import AgentLimits, AgentLoop
 from relay.config import ConfigError, load_config
 from relay.engines.base import SamplingParams
 from relay.envs import keyed_values, math_tool, tool_chain, tool_retry
-from relay.envs.chat_arithmetic import chat_arithmetic_reward
 from relay.envs.demonstrations import read_demonstrations, tool_call_problem
-from relay.envs.tool_tasks import TOOL_TASKS, overlap, question
+from relay.envs.tool_tasks import TOOL_TASKS, overlap, question, tool_answer_reward
 from relay.models.tokenizer import build_tiny_tokenizer
 from relay.run.rows import checked_split, task_rows
 from relay.tools.calls import ToolCall
 from relay.tools.parsers import get_parser
 from relay.tools.registry import ToolRegistry
+from relay.types import FinishReason
 from tests.agent_scripts import EOS, ScriptedEngine
 
 HERMES = get_parser("hermes")
@@ -64,8 +65,9 @@ def calls_of(conversation: dict) -> list[ToolCall]:
 
 
 def answer_earns_reward(conversation: dict, truth: str) -> bool:
-    sample = SimpleNamespace(final_text=conversation["messages"][-1]["content"], ground_truth=truth)
-    return chat_arithmetic_reward(sample) == 1.0
+    final = conversation["messages"][-1]["content"]
+    sample = SimpleNamespace(final_text=final, ground_truth=truth, finish_reason=FinishReason.STOP)
+    return tool_answer_reward(sample) == 1.0
 
 
 def test_chain_demonstrations_are_single_calls_and_the_chained_episode_is_the_only_way_to_score():
@@ -82,6 +84,29 @@ def test_chain_demonstrations_are_single_calls_and_the_chained_episode_is_the_on
         assert answer_earns_reward(compute_demo, row["ground_truth"])
         assert f"x * {row['b']}" in row["messages"][-1]["content"] and x not in question(row)
         assert all(tool_call_problem(d["messages"], HERMES) is None for d in (lookup_demo, compute_demo))
+
+
+def test_a_tool_task_scores_an_answer_turn_and_never_an_episode_cut_at_its_budget():
+    row = tool_chain.make_rows(1, 128, seed=0)[0][0]
+    truth, tok, registry = row["ground_truth"], build_tiny_tokenizer(), ToolRegistry([keyed_values.lookup])
+    lookup = keyed_values.tool_call("lookup", {"key": row["key"]})
+    repeat = keyed_values.tool_call("python", {"code": f"print({truth})"})  # the answer, inside a call
+
+    def episode(last_turn: str, max_turns: int = 3, max_total_tokens: int = 2000):
+        script = lambda turn, text: (lookup if turn == 0 else last_turn) + EOS  # noqa: E731
+        limits = AgentLimits(max_turns=max_turns, max_tokens_per_turn=200, max_total_tokens=max_total_tokens)
+        loop = AgentLoop(
+            ScriptedEngine(tok, script), tok, limits, parser=HERMES, run_tools=lambda b: [registry.call(c) for c in b]
+        )
+        [sample] = loop.run([{k: v for k, v in row.items() if k != "messages"} | {"prompt": "?"}], SamplingParams())
+        return sample.finish_reason, tool_answer_reward(sample)
+
+    assert episode(truth, max_turns=2) == (FinishReason.STOP, 1.0)
+    assert episode(str(int(truth) + 1), max_turns=2) == (FinishReason.STOP, 0.0)
+    assert episode(repeat) == (FinishReason.MAX_TURNS, 0.0)
+    assert episode(repeat, max_total_tokens=200)[1] == 0.0  # cut inside the call
+    cfg = load_config(Path(__file__).parents[2] / "configs/smol_tool_chain.yaml", [])
+    assert cfg.task.reward_fn_path == "relay.envs.tool_tasks:tool_answer_reward"
 
 
 def test_the_worked_example_is_one_whole_two_call_episode_whose_key_no_row_asks():
