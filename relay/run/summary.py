@@ -51,9 +51,13 @@ def summarize(
     summary["health_alarms"] = [{k: a[k] for k in ("step", "rule", "value")} for a in alarms or ()]
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")  # benchmarks read it
+    trained = (
+        f"reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} (mean of first/last {k} steps)"
+        if rewards
+        else "no RL steps"
+    )
     print(
-        f"\nrun {run_dir}: reward {summary['reward_start']:.3f} -> {summary['reward_end']:.3f} "
-        f"(mean of first/last {k} steps); held-out {'; '.join(held_out)}"
+        f"\nrun {run_dir}: {trained}; held-out {'; '.join(held_out)}"
         + (f"; health alarms: {', '.join(sorted({a['rule'] for a in alarms}))}" if alarms else "")
     )
     return summary
