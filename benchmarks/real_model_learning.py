@@ -122,6 +122,20 @@ def report(rows: list[dict], variant: str) -> None:
             )
 
 
+def in_run_points(r: dict) -> list[tuple[float, float]]:
+    """(seconds from the run's start, held-out accuracy) of each in-run evaluation before the last
+    (`training.eval_every`). A step's record is written after its evaluation, so the last record's
+    time is the summary's `seconds_after`, and each earlier one is placed back from it."""
+    metrics = Path(r.get("run_dir", "")) / "metrics.jsonl"
+    if not metrics.is_file():
+        return []
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    if not records or "eval/accuracy" not in records[-1]:
+        return []
+    end = records[-1]["time"]
+    return [(r["seconds_after"] - (end - m["time"]), m["eval/accuracy"]) for m in records[:-1] if "eval/accuracy" in m]
+
+
 def plot(rows: list[dict], variant: str, path: Path) -> None:
     """Held-out accuracy against wall-clock minutes: SFT-only runs and SFT+RL, one panel per task."""
     import matplotlib
@@ -137,8 +151,9 @@ def plot(rows: list[dict], variant: str, path: Path) -> None:
             points += [(r, "SFT only", "tab:blue") for r in row["sft_only"].values()]
             for r, label, color in points:
                 when = [w for w in ("before", "after_sft", "after") if f"seconds_{w}" in r and f"accuracy_{w}" in r]
-                xs = [r[f"seconds_{w}"] / 60 for w in when]
-                ax.plot(xs, [r[f"accuracy_{w}"] for w in when], "o-", color=color, alpha=0.7, label=label)
+                points = sorted([(r[f"seconds_{w}"], r[f"accuracy_{w}"]) for w in when] + in_run_points(r))
+                xs, ys = zip(*points) if points else ((), ())
+                ax.plot([x / 60 for x in xs], ys, "o-", color=color, alpha=0.7, label=label)
         handles = {h.get_label(): h for h in ax.get_lines()}
         ax.legend(handles.values(), handles.keys(), loc="upper left")
         ax.set(title=task, xlabel="wall-clock minutes (2 CPU cores)", ylabel="held-out accuracy", ylim=(-0.02, 1.02))
