@@ -1,6 +1,6 @@
 """How far each phase of an RL step runs from this machine's limit, in float32 and in bf16.
 
-    python benchmarks/roofline.py [--model smollm2-135m] [--threads 2] [--seconds 1.5]
+    python benchmarks/roofline.py [--model smollm2-135m] [--threads 2] [--seconds 1.5] [--random-weights]
 
 First this machine's peaks, measured in the same run with the same torch threads: the matmul
 rate of 2048x2048 float32 and bf16 products, and the memory bandwidth of 256 MB arrays (a copy,
@@ -278,6 +278,9 @@ def main() -> None:
     p.add_argument("--modes", nargs="*", default=["float32", "bf16"], help="none: only the peaks (and --gap)")
     p.add_argument("--gap", action="store_true", help="also the engine/learner logprob gap of each layout")
     p.add_argument("--attn", choices=["sdpa", "eager"], help="model.attn_implementation (default: the library's)")
+    p.add_argument(
+        "--random-weights", action="store_true", help="the model's shape from its config.json alone (timing only)"
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from relay.models.loading import load_model
@@ -288,7 +291,14 @@ def main() -> None:
         a.modes, a.gap = [m for m in a.modes if m != "bf16"], False  # the gap compares bf16 layouts
     peaks = machine_peaks(a.seconds)
     print("at the start:", peaks_line(peaks), flush=True)  # each part as it comes: a busy machine may stop a long run
-    model = load_model(model_folder(a.model), "float32", attn_implementation=a.attn)
+    if a.random_weights:  # where the weights are not at hand: every phase times a fixed number of tokens
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(0)
+        config = AutoConfig.from_pretrained(model_folder(a.model))
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=a.attn)
+    else:
+        model = load_model(model_folder(a.model), "float32", attn_implementation=a.attn)
     total, body, head = parameter_counts(model)
     print(
         f"{a.model}: {total / 1e6:.1f}M parameters ({body / 1e6:.1f}M per token + {head / 1e6:.1f}M projection), "
