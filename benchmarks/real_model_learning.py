@@ -126,7 +126,7 @@ def in_run_points(r: dict) -> list[tuple[float, float]]:
     """(seconds from the run's start, held-out accuracy) of each in-run evaluation before the last
     (`training.eval_every`). A step's record is written after its evaluation, so the last record's
     time is the summary's `seconds_after`, and each earlier one is placed back from it."""
-    metrics = Path(r.get("run_dir", "")) / "metrics.jsonl"
+    metrics = Path(r["run_dir"]) / "metrics.jsonl"
     if not metrics.is_file():
         return []
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
@@ -151,8 +151,8 @@ def plot(rows: list[dict], variant: str, path: Path) -> None:
             points += [(r, "SFT only", "tab:blue") for r in row["sft_only"].values()]
             for r, label, color in points:
                 when = [w for w in ("before", "after_sft", "after") if f"seconds_{w}" in r and f"accuracy_{w}" in r]
-                points = sorted([(r[f"seconds_{w}"], r[f"accuracy_{w}"]) for w in when] + in_run_points(r))
-                xs, ys = zip(*points) if points else ((), ())
+                curve = sorted([(r[f"seconds_{w}"], r[f"accuracy_{w}"]) for w in when] + in_run_points(r))
+                xs, ys = zip(*curve) if curve else ((), ())
                 ax.plot([x / 60 for x in xs], ys, "o-", color=color, alpha=0.7, label=label)
         handles = {h.get_label(): h for h in ax.get_lines()}
         ax.legend(handles.values(), handles.keys(), loc="upper left")
