@@ -29,6 +29,15 @@ from relay.models.loading import actor_device, load_model, load_tokenizer
 from relay.weights.transfer import as_tensor
 
 GENERATE_CHUNK = 256  # rows per generate call: bounds the KV-cache memory
+# tokens per generate call (rows x (longest prompt + new tokens)): 192 BFCL rows of about 1,100 tokens
+# held 20 GB in one call of SmolLM2-135M; its float32 KV cache for 65,536 tokens is 3 GB
+GENERATE_TOKENS = 65536
+
+
+def rows_per_call(prompts: list[list[int]], max_tokens: int) -> int:
+    """How many rows one generate call takes: GENERATE_CHUNK, fewer where long rows would pass GENERATE_TOKENS."""
+    longest = max((len(p) for p in prompts), default=0) + max_tokens
+    return max(1, min(GENERATE_CHUNK, GENERATE_TOKENS // max(longest, 1)))
 
 
 @lru_cache(maxsize=64)
@@ -109,9 +118,10 @@ class HFEngine:
         if sampling.seed is not None:  # on CPU only the CPU generator: torch.manual_seed seeds every backend too (ms)
             (torch.random.default_generator if self.device.type == "cpu" else torch).manual_seed(sampling.seed)
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
+        rows = rows_per_call(flat, sampling.max_tokens)
         out: list[Completion] = []
-        for start in range(0, len(flat), GENERATE_CHUNK):
-            block = flat[start : start + GENERATE_CHUNK]
+        for start in range(0, len(flat), rows):
+            block = flat[start : start + rows]
             out += self._chunked(block, sampling, chunk, between) if chunk > 0 else self._block(block, sampling)
         return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
 

@@ -186,3 +186,17 @@ def test_a_stop_string_inside_a_token_ends_the_row_at_that_token():
     engine.tokenizer = Pieces()
     cut = engine._cut([1, 2, 3, 4], [-0.1, -0.2, -0.3, -0.4], set(), SamplingParams(stop=("\n",)))
     assert (cut.token_ids, cut.logprobs, cut.finish_reason) == ([1, 2, 3], [-0.1, -0.2, -0.3], "stop")
+
+
+def test_long_rows_split_a_call_by_tokens_and_keep_their_order(engine, prompts, monkeypatch):
+    import relay.engines.hf as hf
+
+    assert hf.rows_per_call([[0] * 10] * 300, 6) == hf.GENERATE_CHUNK  # short rows: the row bound
+    assert hf.rows_per_call([[0] * 1000], 128) == hf.GENERATE_TOKENS // 1128  # long rows: the token bound
+    assert hf.rows_per_call([[0] * (hf.GENERATE_TOKENS + 1)], 1) == 1
+    greedy = SamplingParams(n=2, temperature=0.0, max_tokens=6)
+    whole = engine.generate(prompts, greedy)
+    longest = max(len(p) for p in prompts) + greedy.max_tokens
+    monkeypatch.setattr(hf, "GENERATE_TOKENS", 3 * longest)  # 3 rows a call: 12 rows in 4 calls
+    split = engine.generate(prompts, greedy)
+    assert [[c.token_ids for c in g] for g in split] == [[c.token_ids for c in g] for g in whole]
