@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from relay.engines import hf
 from relay.engines.base import SamplingParams
 from relay.engines.hf import HFEngine
 from relay.envs.arithmetic import make_rows
@@ -189,8 +190,6 @@ def test_a_stop_string_inside_a_token_ends_the_row_at_that_token():
 
 
 def test_long_rows_split_a_call_by_tokens_and_keep_their_order(engine, prompts, monkeypatch):
-    import relay.engines.hf as hf
-
     assert hf.rows_per_call([[0] * 10] * 300, 6) == hf.GENERATE_CHUNK  # short rows: the row bound
     assert hf.rows_per_call([[0] * 1000], 128) == hf.GENERATE_TOKENS // 1128  # long rows: the token bound
     assert hf.rows_per_call([[0] * (hf.GENERATE_TOKENS + 1)], 1) == 1
