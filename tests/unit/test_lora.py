@@ -52,9 +52,11 @@ def test_only_adapters_train_and_the_reference_is_the_base_model(tiny_model_path
     learner = Learner(PolicySettings.of(load_config(None, LORA)), tiny_model_path, num_threads=1)
     batch = step_batch(0)
     base = base_logprobs(tiny_model_path, batch)
-    # step 0: lora_B starts at zero, so the adapted policy is the base model too, bit for bit
-    assert torch.equal(learner.compute_ref_logprobs(batch), base)
-    assert torch.equal(learner.compute_logprobs(batch), base)
+    # step 0: lora_B starts at zero, so the adapted policy is the base model too, up to float32
+    # rounding (bit for bit on an AVX2 CPU; AVX-512 GEMM kernels differ by 4e-6 between batch layouts)
+    reference = learner.compute_ref_logprobs(batch)
+    torch.testing.assert_close(reference, base, rtol=0, atol=1e-5)
+    torch.testing.assert_close(learner.compute_logprobs(batch), base, rtol=0, atol=1e-5)
     trainable = {n for n, p in learner.model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     frozen = {n: p.detach().clone() for n, p in learner.model.named_parameters() if not p.requires_grad}
@@ -64,8 +66,8 @@ def test_only_adapters_train_and_the_reference_is_the_base_model(tiny_model_path
     state = learner.optimizer.state_dict()["state"]
     assert len(state) == len(trainable)  # optimizer moments for the adapters only
     # after training: the policy moved, the reference (adapters off) is still exactly the base
-    assert not torch.equal(learner.compute_logprobs(batch), base)
-    assert torch.equal(learner.compute_ref_logprobs(batch), base)
+    assert not torch.allclose(learner.compute_logprobs(batch), base, rtol=0, atol=1e-3)
+    assert torch.equal(learner.compute_ref_logprobs(batch), reference)
 
 
 def test_merged_weights_give_a_plain_model_the_learners_logprobs(tiny_model_path):
