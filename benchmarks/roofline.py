@@ -277,7 +277,9 @@ def main() -> None:
     p.add_argument("--train-length", type=int, default=64)
     p.add_argument("--modes", nargs="*", default=["float32", "bf16"], help="none: only the peaks (and --gap)")
     p.add_argument("--gap", action="store_true", help="also the engine/learner logprob gap of each layout")
-    p.add_argument("--attn", choices=["sdpa", "eager"], help="model.attn_implementation (default: the library's)")
+    p.add_argument(
+        "--attn", choices=["sdpa", "eager", "eager_grouped"], help="model.attn_implementation (default: the library's)"
+    )
     p.add_argument(
         "--random-weights", action="store_true", help="the model's shape from its config.json alone (timing only)"
     )
@@ -294,6 +296,9 @@ def main() -> None:
     if a.random_weights:  # where the weights are not at hand: every phase times a fixed number of tokens
         from transformers import AutoConfig, AutoModelForCausalLM
 
+        from relay.models.attention import register_eager_grouped
+
+        register_eager_grouped()
         torch.manual_seed(0)
         config = AutoConfig.from_pretrained(model_folder(a.model))
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=a.attn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from relay.models.attention import EAGER_GROUPED, register_eager_grouped
 from relay.models.resolve import model_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -40,6 +41,9 @@ def load_model(
     attn_implementation: str | None = None,
 ):
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    return import_transformers().AutoModelForCausalLM.from_pretrained(
+    transformers = import_transformers()
+    if attn_implementation == EAGER_GROUPED:
+        register_eager_grouped()
+    return transformers.AutoModelForCausalLM.from_pretrained(
         model_folder(path, key), dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
     )
