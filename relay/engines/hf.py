@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 import torch
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from relay.engines.base import Completion, SamplingParams, Weights, named_items
 from relay.engines.hf_prefill import (
@@ -25,6 +25,7 @@ from relay.engines.hf_prefill import (
     shared_prefill,
     shared_prefix_length,
 )
+from relay.engines.hf_sampling import InverseCdfSampler
 from relay.models.loading import actor_device, load_model, load_tokenizer
 from relay.weights.transfer import as_tensor
 
@@ -41,24 +42,29 @@ def rows_per_call(prompts: list[list[int]], max_tokens: int) -> int:
 
 
 @lru_cache(maxsize=64)
-def generation_config(
-    max_tokens: int, temperature: float, top_p: float, top_k: int, eos_ids: tuple[int, ...], pad_id: int, stop: tuple
-) -> GenerationConfig:
-    """generate's settings, built once per distinct sampling: given its settings as a config,
-    generate no longer rebuilds them from the model's config on every call (about 1 ms a call on
-    this CPU, a few % of a tiny model's rollout). Unset fields take the model's generation config
-    and then transformers' defaults, as generate's own keyword arguments would; top_k 0 is off."""
-    sample = {} if temperature == 0 else {"temperature": temperature, "top_p": top_p, "top_k": max(top_k, 0)}
+def generation_config(max_tokens: int, eos_ids: tuple[int, ...], pad_id: int, stop: tuple) -> GenerationConfig:
+    """generate's settings, built once per distinct set: given its settings as a config, generate
+    no longer rebuilds them from the model's config on every call (about 1 ms a call on this CPU, a
+    few % of a tiny model's rollout). Unset fields take the model's generation config and then
+    transformers' defaults, as generate's own keyword arguments would. Always greedy: a sampled
+    rollout draws its tokens in `sampler` (relay/engines/hf_sampling.py)."""
     return GenerationConfig(
         max_new_tokens=max_tokens,
-        do_sample=temperature != 0,
+        do_sample=False,
         eos_token_id=list(eos_ids),
         pad_token_id=pad_id,
         output_logits=True,
         return_dict_in_generate=True,
         stop_strings=list(stop) or None,
-        **sample,
     )
+
+
+def sampler(sampling: SamplingParams) -> LogitsProcessorList:
+    """generate's extra logits processors: the draw at the sampling's temperature, top-k (0: off)
+    and top-p; none at temperature 0 (greedy)."""
+    if sampling.temperature == 0:
+        return LogitsProcessorList()
+    return LogitsProcessorList([InverseCdfSampler(sampling.temperature, max(sampling.top_k, 0), sampling.top_p)])
 
 
 class HFEngine:
@@ -189,15 +195,7 @@ class HFEngine:
         input_ids = torch.tensor(ids, device=self.device)
         attention_mask = torch.tensor(mask, device=self.device)
         greedy = sampling.temperature == 0
-        config = generation_config(
-            sampling.max_tokens,
-            sampling.temperature,
-            sampling.top_p,
-            sampling.top_k,
-            tuple(sorted(stop_ids)),
-            pad,
-            tuple(sampling.stop),
-        )
+        config = generation_config(sampling.max_tokens, tuple(sorted(stop_ids)), pad, tuple(sampling.stop))
         kwargs = {}
         if self.generate_kwargs:  # rollout.engine_kwargs: generate's settings join its config, the rest go as they are
             config = copy.deepcopy(config)
@@ -217,6 +215,7 @@ class HFEngine:
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=config,
+                logits_processor=LogitsProcessorList([*kwargs.pop("logits_processor", []), *sampler(sampling)]),
                 **kwargs,
             )
         new_tokens = result.sequences[:, width:]  # [N, T]

@@ -181,7 +181,7 @@ def test_lora_model_shares_and_matches(tiny_model_path, engines, prompts):
 def test_rows_by_prompt_and_when_generate_would_not_prefill_plainly(engines):
     assert rows_by_prompt([[1, 2], [1, 2], [1], [1, 2, 3], [1]]) == ([0, 2, 3], [0, 0, 1, 2, 1])
     model = generation_module(engines[0].model)
-    config = generation_config(8, 1.0, 1.0, -1, (2,), 0, ())
+    config = generation_config(8, (2,), 0, ())
     assert can_share(model, config, {})
     assert not can_share(model, config, {"logits_processor": []})  # native arguments: generate as it is
     for setting in ({"num_beams": 2}, {"use_cache": False}, {"cache_implementation": "static"}):
