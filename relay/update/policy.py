@@ -116,7 +116,9 @@ def response_values(model, batch: Batch) -> torch.Tensor:
 
 def response_logprobs(model, batch: Batch, temperature: float, with_entropy: bool = False):
     """log p(response token) under softmax(logits / temperature): [B,R]; entropy [B,R] or None."""
-    logits = response_logits(model, batch) / temperature
+    logits = response_logits(model, batch)
+    if temperature != 1.0:  # a pass over [B,R,V] and its backward saved at the common temperature
+        logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logprobs = logp_all.gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
