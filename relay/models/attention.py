@@ -24,8 +24,14 @@ def eager_grouped_attention(
     attention_mask: torch.Tensor | None,  # additive, [batch, 1, q, k]
     scaling: float,
     dropout: float = 0.0,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
     **_,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if softcap is not None or s_aux is not None:  # Gemma's score capping, gpt-oss's attention sinks
+        raise ValueError(
+            f"{EAGER_GROUPED} has no score softcapping or attention sinks; set model.attn_implementation=eager"
+        )
     batch, heads, q_len, dim = query.shape
     kv_heads, k_len = key.shape[1], key.shape[2]
     group = heads // kv_heads

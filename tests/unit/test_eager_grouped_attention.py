@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from relay.models.attention import eager_grouped_attention
 from relay.models.loading import load_model
 
 
@@ -56,3 +57,9 @@ def test_greedy_decoding_through_the_cache_matches_eager(folder):
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
         tokens[kernel] = out[:, ids.shape[1] :]
     assert torch.equal(tokens["eager_grouped"], tokens["eager"])
+
+
+def test_score_capping_is_refused_in_one_line():
+    q, kv = torch.zeros(1, 4, 2, 8), torch.zeros(1, 2, 2, 8)
+    with pytest.raises(ValueError, match="model.attn_implementation=eager"):
+        eager_grouped_attention(torch.nn.Module(), q, kv, kv, None, scaling=1.0, softcap=30.0)
