@@ -59,12 +59,12 @@ def generation_config(max_tokens: int, eos_ids: tuple[int, ...], pad_id: int, st
     )
 
 
-def sampler(sampling: SamplingParams) -> LogitsProcessorList:
-    """generate's extra logits processors: the draw at the sampling's temperature, top-k (0: off)
+def sampler(sampling: SamplingParams) -> list[InverseCdfSampler]:
+    """generate's last logits processor: the draw at the sampling's temperature, top-k (0: off)
     and top-p; none at temperature 0 (greedy)."""
     if sampling.temperature == 0:
-        return LogitsProcessorList()
-    return LogitsProcessorList([InverseCdfSampler(sampling.temperature, max(sampling.top_k, 0), sampling.top_p)])
+        return []
+    return [InverseCdfSampler(sampling.temperature, max(sampling.top_k, 0), sampling.top_p)]
 
 
 class HFEngine:

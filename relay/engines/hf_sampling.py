@@ -25,15 +25,15 @@ from transformers import (
 )
 
 
-def inverse_cdf_draw(scores: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def inverse_cdf_draw(scores: torch.Tensor) -> torch.Tensor:
     """One token per row of `scores` [N, V], drawn with probability softmax(scores): the first
     entry whose cumulative probability passes a uniform draw over the row's total. An entry of
     probability 0 adds nothing to the sum, so no draw lands on it. The sum runs in float64: in
     float32, once it nears 1, entries under about 3e-8 (most of a 49k vocabulary's tail) would add
-    nothing and never be drawn. The uniform is float32's 24 bits, one draw per row from the
-    generator's stream."""
+    nothing and never be drawn. The uniform is float32's 24 bits, one draw per row from torch's
+    global generator (seeded per request by SamplingParams.seed)."""
     cdf = torch.softmax(scores.float(), dim=-1).double().cumsum_(dim=-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device, generator=generator) * cdf[:, -1:]
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1).squeeze(1)
 
 
