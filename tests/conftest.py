@@ -33,8 +33,9 @@ def pytest_collection_modifyitems(config, items):
 
 def shared_ray_first(items: list) -> None:
     """The files whose tests share `shared_ray` run first, one after another, each file's tests in
-    their order: one Ray serves them all. In path order they alternate with files that start a Ray
-    of their own or want none, and each such turn stopped and started the shared one (about 4 s)."""
+    their order: one Ray per test process serves them all (scripts/test.sh runs two, each taking
+    whole files in this order). In path order they alternate with files that start a Ray of their
+    own or want none, and each such turn stopped and started the shared one (about 4 s)."""
     shared = {item.path for item in items if "shared_ray" in item.fixturenames}
     items.sort(key=lambda item: item.path not in shared)  # stable: the order within each part is kept
 
