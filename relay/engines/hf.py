@@ -41,6 +41,20 @@ def rows_per_call(prompts: list[list[int]], max_tokens: int) -> int:
     return max(1, min(GENERATE_CHUNK, GENERATE_TOKENS // max(longest, 1)))
 
 
+def call_blocks(prompts: list[list[int]], max_tokens: int, by_length: bool) -> list[list[int]]:
+    """The row indices of each generate call. A call pads every row to its longest, and the padding
+    is computed like any token: by_length sorts the rows by length into as many calls as their
+    order would take, of equal size (192 held-out BFCL prompts of 210-799 tokens: 97k prefill
+    tokens against 121k in their order). Otherwise the rows keep their order: a sampled call draws
+    its random numbers row by row, so a seed keeps giving the same samples."""
+    rows = rows_per_call(prompts, max_tokens)
+    order = list(range(len(prompts)))
+    if by_length and rows < len(prompts):
+        order.sort(key=lambda i: len(prompts[i]))
+        rows = -(-len(prompts) // -(-len(prompts) // rows))  # the same count of calls, none longer
+    return [order[start : start + rows] for start in range(0, len(prompts), rows)]
+
+
 @lru_cache(maxsize=64)
 def generation_config(max_tokens: int, eos_ids: tuple[int, ...], pad_id: int, stop: tuple) -> GenerationConfig:
     """generate's settings, built once per distinct set: given its settings as a config, generate
@@ -124,11 +138,12 @@ class HFEngine:
         if sampling.seed is not None:  # on CPU only the CPU generator: torch.manual_seed seeds every backend too (ms)
             (torch.random.default_generator if self.device.type == "cpu" else torch).manual_seed(sampling.seed)
         flat = [ids for ids in prompt_token_ids for _ in range(sampling.n)]
-        rows = rows_per_call(flat, sampling.max_tokens)
-        out: list[Completion] = []
-        for start in range(0, len(flat), rows):
-            block = flat[start : start + rows]
-            out += self._chunked(block, sampling, chunk, between) if chunk > 0 else self._block(block, sampling)
+        out: list[Completion] = [None] * len(flat)  # type: ignore[list-item]
+        for rows in call_blocks(flat, sampling.max_tokens, by_length=sampling.temperature == 0):
+            block = [flat[i] for i in rows]
+            done = self._chunked(block, sampling, chunk, between) if chunk > 0 else self._block(block, sampling)
+            for i, completion in zip(rows, done):
+                out[i] = completion
         return [out[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompt_token_ids))]
 
     def _block(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:

@@ -199,3 +199,11 @@ def test_long_rows_split_a_call_by_tokens_and_keep_their_order(engine, prompts, 
     monkeypatch.setattr(hf, "GENERATE_TOKENS", 3 * longest)  # 3 rows a call: 12 rows in 4 calls
     split = engine.generate(prompts, greedy)
     assert [[c.token_ids for c in g] for g in split] == [[c.token_ids for c in g] for g in whole]
+
+
+def test_greedy_calls_group_rows_of_like_length_and_sampled_calls_keep_their_order(monkeypatch):
+    prompts = [[0] * n for n in (5, 50, 6, 40, 7, 45)]
+    monkeypatch.setattr(hf, "GENERATE_TOKENS", 4 * (50 + 2))  # 4 rows a call: 6 rows in 2 calls
+    assert hf.call_blocks(prompts, 2, by_length=False) == [[0, 1, 2, 3], [4, 5]]
+    assert hf.call_blocks(prompts, 2, by_length=True) == [[0, 2, 4], [3, 5, 1]]  # 171 prefill tokens, not 290
+    assert hf.call_blocks(prompts[:4], 2, by_length=True) == [[0, 1, 2, 3]]  # one call: nothing to gain
