@@ -9,6 +9,7 @@ log-softmax, only when asked for: the sampled tokens and their logprobs do not c
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -51,7 +52,8 @@ def call_blocks(prompts: list[list[int]], max_tokens: int, by_length: bool) -> l
     order = list(range(len(prompts)))
     if by_length and rows < len(prompts):
         order.sort(key=lambda i: len(prompts[i]))
-        rows = -(-len(prompts) // -(-len(prompts) // rows))  # the same count of calls, none longer
+        calls = math.ceil(len(prompts) / rows)  # as many as in order, so none holds more tokens than then
+        rows = math.ceil(len(prompts) / calls)
     return [order[start : start + rows] for start in range(0, len(prompts), rows)]
 
 
