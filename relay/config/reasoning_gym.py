@@ -25,6 +25,9 @@ class ReasoningGymFields:
     dataset: str | None = None  # one generator, e.g. basic_arithmetic
     dataset_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {min_terms: 2}
     datasets: dict[str, Any] = field(default_factory=dict)  # a mix: {NAME: weight | {weight: w, args: {...}}}
+    # false: a reply earns 1.0 only when the verifier scores it right, else 0.0; true: the verifier's
+    # own score, partial credit included (most give the answer's share of a reply that contains it).
+    partial_credit: bool = True
 
 
 def mix(task) -> dict[str, tuple[float, dict[str, Any]]]:
@@ -41,6 +44,7 @@ def mix(task) -> dict[str, tuple[float, dict[str, Any]]]:
 def validate_reasoning_gym(task) -> list[str]:
     if task.name != "reasoning_gym":
         given = [k for k in ("dataset", "dataset_args", "datasets") if getattr(task, k)]
+        given += ["partial_credit"] * (not task.partial_credit)
         return [f"task.{k}: only task.name=reasoning_gym reads it, not {task.name!r}" for k in given]
     if task.dataset is None and not task.datasets:
         return ["task.dataset: task.name=reasoning_gym needs task.dataset (one generator) or task.datasets (a mix)"]

@@ -15,7 +15,8 @@ Prompt. Each row is chat messages, rendered with the model's chat template: a sy
 Answer and reward. The answer is the text of the last `<answer>...</answer>` block of the
 model's final turn, stripped; with no such block, the final non-empty line. The reward is the
 dataset's own `score_answer(answer, entry)`: 1.0 when right, some datasets give partial credit
-(held-out accuracy counts rewards >= task.success_threshold, 1.0 by default). A verifier that
+(held-out accuracy counts rewards >= task.success_threshold, 1.0 by default); with
+task.partial_credit=false only a right answer earns anything (1.0, else 0.0). A verifier that
 raises on a reply it cannot read (prime_factorization's int() of free text; boxnet, coin_flip and
 game_of_life on some malformed replies) makes it a wrong answer, not a reward error: reward 0.0,
 trained on, the exception in sample.meta["unparsed_answer"], counted per step (reward/unparsed)
@@ -121,6 +122,11 @@ def reasoning_gym_reward(sample, env=None) -> float:
         sample.meta[UNPARSED] = f"{type(e).__name__}: {str(e)[:200]}"
         return 0.0
     return float(value)
+
+
+def reasoning_gym_reward_exact(sample, env=None) -> float:
+    """task.partial_credit=false: 1.0 for a reply the verifier scores right, 0.0 for any other."""
+    return float(reasoning_gym_reward(sample, env) >= 1.0)
 
 
 def dataset_of(sample) -> str | None:

@@ -9,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from relay.config import ConfigError, load_config
-from relay.envs.reasoning_gym import INSTRUCTION, by_dataset, extract_answer, reasoning_gym_reward, shares
+from relay.envs.reasoning_gym import (
+    INSTRUCTION,
+    by_dataset,
+    extract_answer,
+    reasoning_gym_reward,
+    reasoning_gym_reward_exact,
+    shares,
+)
 from relay.envs.tool_tasks import overlap, question
 from relay.run.rows import task_rows
 
@@ -77,6 +84,21 @@ def test_reward_is_the_datasets_own_score_of_the_extracted_answer():
     assert reasoning_gym_reward(sample(f"it is\n<answer>{answer}</answer>")) == 1.0
     assert reasoning_gym_reward(sample(f"working...\n{answer}")) == 1.0
     assert reasoning_gym_reward(sample("<answer>nope</answer>")) == 0.0
+
+
+def test_without_partial_credit_only_a_right_answer_earns_anything():
+    cfg = rg_config("task.dataset=products", "task.num_train_rows=4", "task.num_eval_rows=2")
+    truth = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1][0]["ground_truth"]
+    answer = truth["entry"]["answer"]
+    sample = lambda text: SimpleNamespace(ground_truth=truth, final_text=text, meta={})  # noqa: E731
+    sentence = sample(f"the product is {answer}")
+    assert 0.0 < reasoning_gym_reward(sentence) < 1.0  # the verifier's partial credit
+    assert reasoning_gym_reward_exact(sentence) == 0.0
+    assert reasoning_gym_reward_exact(sample(f"<answer>{answer}</answer>")) == 1.0
+    exact = rg_config("task.dataset=products", "task.partial_credit=false")
+    assert exact.task.reward_fn_path == "relay.envs.reasoning_gym:reasoning_gym_reward_exact"
+    with pytest.raises(ConfigError, match="task.partial_credit: only task.name=reasoning_gym reads it"):
+        load_config(None, ["task.partial_credit=false"])
 
 
 def test_metrics_are_split_by_dataset_only_in_a_mix():
