@@ -44,7 +44,8 @@ def mix(task) -> dict[str, tuple[float, dict[str, Any]]]:
 def validate_reasoning_gym(task) -> list[str]:
     if task.name != "reasoning_gym":
         given = [k for k in ("dataset", "dataset_args", "datasets") if getattr(task, k)]
-        given += ["partial_credit"] * (not task.partial_credit)
+        if not task.partial_credit:
+            given.append("partial_credit")
         return [f"task.{k}: only task.name=reasoning_gym reads it, not {task.name!r}" for k in given]
     if task.dataset is None and not task.datasets:
         return ["task.dataset: task.name=reasoning_gym needs task.dataset (one generator) or task.datasets (a mix)"]
