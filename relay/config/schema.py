@@ -93,8 +93,9 @@ class TaskConfig(ReasoningGymFields, TextArenaFields, BfclFields):  # their fiel
         if self.agent:
             return "relay.endpoint.samples:agent_reward"
         if self.name == "reasoning_gym":  # the dataset's own score_answer
-            suffix = "" if self.partial_credit else "_exact"
-            return f"relay.envs.reasoning_gym:reasoning_gym_reward{suffix}"
+            if not self.partial_credit:
+                return "relay.envs.reasoning_gym:reasoning_gym_reward_exact"
+            return "relay.envs.reasoning_gym:reasoning_gym_reward"
         if self.name == "bfcl":  # BFCL's own AST checker on the parsed calls
             return "relay.envs.bfcl:bfcl_reward"
         if self.name == "chat_arithmetic":  # the last integer of the final turn
