@@ -4,6 +4,7 @@ limits so the tests stay well under 90 s on 2 cores), and the checks that nothin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -98,24 +99,14 @@ def _wait_until(predicate, limit_s: float = 5.0) -> bool:
     return True
 
 
-@pytest.fixture(scope="package")
-def server():
+@contextlib.contextmanager
+def serving(limits: dict):
+    """The tool server under `limits`, stopped and checked for leftover run cgroups on exit."""
     env = dict(os.environ, **{SECRET_NAME: SECRET})
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    args = [
-        sys.executable,
-        "-m",
-        "relay.tools.server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--max-concurrency",
-        str(SLOTS),
-        "--log-level",
-        "WARNING",
-    ]
-    for k, v in LIMITS.items():
+    args = [sys.executable, "-m", "relay.tools.server", "--host", "127.0.0.1", "--port", "0"]
+    args += ["--max-concurrency", str(SLOTS), "--log-level", "WARNING"]
+    for k, v in limits.items():
         args += ["--" + k.replace("_", "-"), str(v)]
     before = _nobody_pids()
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
@@ -133,6 +124,12 @@ def server():
             proc.wait()
         proc.stdout.close()
     assert _run_cgroups(proc.pid) == []
+
+
+@pytest.fixture(scope="package")
+def server():
+    with serving(LIMITS) as s:
+        yield s
 
 
 @pytest.fixture

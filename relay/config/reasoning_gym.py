@@ -28,6 +28,9 @@ class ReasoningGymFields:
     # false: a reply earns 1.0 only when the verifier scores it right, else 0.0; true: the verifier's
     # own score, partial credit included (most give the answer's share of a reply that contains it).
     partial_credit: bool = True
+    # Worked examples: the first few_shot training rows of each dataset, asked and answered between
+    # the answer tags, as chat turns before every row's question (the same ones for all its rows).
+    few_shot: int = 0
 
 
 def mix(task) -> dict[str, tuple[float, dict[str, Any]]]:
@@ -46,6 +49,8 @@ def validate_reasoning_gym(task) -> list[str]:
         given = [k for k in ("dataset", "dataset_args", "datasets") if getattr(task, k)]
         if not task.partial_credit:
             given.append("partial_credit")
+        if task.few_shot:
+            given.append("few_shot")
         return [f"task.{k}: only task.name=reasoning_gym reads it, not {task.name!r}" for k in given]
     if task.dataset is None and not task.datasets:
         return ["task.dataset: task.name=reasoning_gym needs task.dataset (one generator) or task.datasets (a mix)"]
@@ -53,6 +58,8 @@ def validate_reasoning_gym(task) -> list[str]:
         return ["task.datasets: give task.dataset or task.datasets, not both"]
     if task.datasets and task.dataset_args:
         return ["task.dataset_args: with task.datasets, each dataset's arguments go in task.datasets.NAME.args"]
+    if isinstance(task.few_shot, bool) or not isinstance(task.few_shot, int) or task.few_shot < 0:
+        return [f"task.few_shot: the number of worked examples must be an integer >= 0, got {task.few_shot!r}"]
     try:
         from reasoning_gym.factory import DATASETS
     except ImportError:

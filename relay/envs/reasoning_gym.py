@@ -10,7 +10,12 @@ a training row asking a held-out question is dropped: held-out accuracy measures
 trained on. A mix splits both counts by weight (largest remainders).
 
 Prompt. Each row is chat messages, rendered with the model's chat template: a system message
-(task.system_prompt, else INSTRUCTION) and the dataset's question as the user's message.
+(task.system_prompt, else INSTRUCTION) and the dataset's question as the user's message. With
+task.few_shot=K, K worked examples come between the two: the first K training rows of the same
+dataset, each as the user's question and the assistant's reply `<answer>ANSWER</answer>`. They are
+the same for every row of a dataset, training and held-out alike, and are training rows, never
+held-out ones. A small model follows the answer format from them far more often than from the
+instruction alone.
 
 Answer and reward. The answer is the text of the last `<answer>...</answer>` block of the
 model's final turn, stripped; with no such block, the final non-empty line. The reward is the
@@ -74,12 +79,32 @@ def make_rows(task, seed: int) -> tuple[list[dict], list[dict]]:
         eval_rows = generate(name, args, n_eval[name], base + n_train[name], system)
         asked = {question(r) for r in eval_rows}
         train_rows = [r for r in generate(name, args, n_train[name], base, system) if question(r) not in asked]
+        key = "task.dataset" if task.dataset is not None else f"task.datasets.{name}"
         if n_train[name] and not train_rows:
-            key = "task.dataset" if task.dataset is not None else f"task.datasets.{name}"
             raise ConfigError([f"{key}: every training question of {name} is also a held-out one"])
-        train += train_rows
-        held_out += eval_rows
+        if len(train_rows) < task.few_shot:
+            raise ConfigError(
+                [f"task.few_shot: {task.few_shot} worked examples, but {key} has {len(train_rows)} training rows"]
+            )
+        examples = worked_examples(train_rows[: task.few_shot])
+        train += [with_examples(r, examples) for r in train_rows]
+        held_out += [with_examples(r, examples) for r in eval_rows]
     return train, held_out
+
+
+def worked_examples(rows: list[dict]) -> list[dict]:
+    """Each row's question and its reference answer in the answer tags, as a user and an assistant turn."""
+    turns = []
+    for row in rows:
+        answer = row["ground_truth"]["entry"]["answer"]
+        turns += [row["messages"][-1], {"role": "assistant", "content": f"<answer>{answer}</answer>"}]
+    return turns
+
+
+def with_examples(row: dict, examples: list[dict]) -> dict:
+    """The row with the worked examples between its system message and its question."""
+    system, *asked = row["messages"]
+    return {**row, "messages": [system, *examples, *asked]}
 
 
 def generate(name: str, args: dict[str, Any], size: int, first_seed: int, system: str) -> list[dict]:

@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from tests.hostile_server import OK, WHY, _pids_with, _wait_until, run
+from tests.hostile_server import LIMITS, OK, WHY, _pids_with, _wait_until, run, serving
 
 pytestmark = [
     pytest.mark.skipif(not OK, reason=f"sandbox unavailable here: {WHY}"),
@@ -72,8 +72,9 @@ def test_memory_bomb_one_process(server):
     assert "MemoryError" in r["stderr"] or r["killed_reason"] == "memory"
 
 
-def test_memory_bomb_many_processes_hits_cgroup(server):
-    # Each child stays under RLIMIT_AS; together they pass the cgroup's limit.
+def test_memory_bomb_many_processes_hits_cgroup():
+    # Each child stays under RLIMIT_AS; together they pass the cgroup's limit. Its own server, with
+    # a wall clock long enough that a loaded machine still reaches the memory kill before it.
     code = """
 import os, time
 for i in range(6):
@@ -90,5 +91,6 @@ for i in range(6):
         break
 print("parent done")
 """
-    r = run(server, code)
+    with serving(LIMITS | {"wall_timeout_s": 30}) as roomy:
+        r = run(roomy, code)
     assert r["killed_reason"] == "memory" and not r["ok"], r

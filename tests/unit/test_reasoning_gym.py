@@ -68,6 +68,31 @@ def test_rows_are_chat_messages_with_the_answer_format_and_run_seeds_differ():
     assert task_rows(own.task, own.tools, own.run.seed)[1][0]["messages"][0]["content"] == "Be brief."
 
 
+def test_worked_examples_are_a_datasets_first_training_rows_answered_in_tags():
+    cfg = rg_config(MIX, "task.num_train_rows=60", "task.num_eval_rows=6", "task.few_shot=2")
+    train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
+    for name in ("basic_arithmetic", "chain_sum"):
+        own = [r for r in train if r["ground_truth"]["dataset"] == name]
+        first = [r["ground_truth"]["entry"] for r in own[:2]]
+        for row in own + [r for r in held_out if r["ground_truth"]["dataset"] == name]:
+            system, ask1, say1, ask2, say2, asked = row["messages"]
+            assert system["content"] == INSTRUCTION and asked["role"] == "user"
+            assert [ask1["content"], ask2["content"]] == [e["question"] for e in first]
+            assert [say1, say2] == [{"role": "assistant", "content": f"<answer>{e['answer']}</answer>"} for e in first]
+            assert asked["content"] == row["ground_truth"]["entry"]["question"]
+    held = {r["ground_truth"]["entry"]["question"] for r in held_out}
+    assert not held & {r["ground_truth"]["entry"]["question"] for r in train}
+    assert overlap(train, held_out) is None
+    assert problems("task.dataset=chain_sum", "task.few_shot=-1") == [
+        "task.few_shot: the number of worked examples must be an integer >= 0, got -1"
+    ]
+    with pytest.raises(ConfigError, match="task.few_shot: 5 worked examples, but task.dataset has 4 training rows"):
+        small = rg_config("task.dataset=chain_sum", "task.num_train_rows=4", "task.num_eval_rows=1", "task.few_shot=5")
+        task_rows(small.task, small.tools, small.run.seed)
+    with pytest.raises(ConfigError, match="task.few_shot: only task.name=reasoning_gym reads it"):
+        load_config(None, ["task.few_shot=2"])
+
+
 def test_extract_answer_takes_the_last_answer_block_else_the_final_line():
     assert extract_answer("think <answer>1</answer> more <answer> 42 </answer>\nbye") == "42"
     assert extract_answer("<answer>\nmulti\nline\n</answer>") == "multi\nline"
