@@ -1,11 +1,12 @@
 """An instruct model's held-out score on reasoning-gym datasets and single-player textarena games.
 
-    python benchmarks/task_libraries.py [--model smollm2-135m] [--rows 64] [--threads 1] [--show 0] [NAME ...]
+    python benchmarks/task_libraries.py [--model smollm2-135m] [--rows 64] [--few-shot 0] [--threads 1] [--show 0] [NAME ...]
 
 In one process, no Ray; greedy. NAME is a dataset or game of the lists below (default: all).
 
 reasoning-gym: configs/smol_reasoning_gym.yaml's prompt, sizes and token limit with
-task.dataset=NAME (its arguments as listed), the held-out rows of run.seed=0 (relay/run/rows.py
+task.dataset=NAME (its arguments as listed) and task.few_shot=--few-shot (0: the instruction
+alone; K: K worked examples before each question), the held-out rows of run.seed=0 (relay/run/rows.py
 task_rows), the driver's agent loop with all rows in one generate call, scored by the run's
 reward function through relay's Scorer; accuracy is the run's eval/accuracy (rewards >=
 task.success_threshold), beside the mean reward (partial credit) and the share the token limit cut.
@@ -74,13 +75,15 @@ GAMES = (
 )
 
 
-def dataset_overrides(name: str, args: dict, model: str, rows: int) -> list[str]:
+def dataset_overrides(name: str, args: dict, model: str, rows: int, few_shot: int) -> list[str]:
     dataset = ["task.datasets={}", f"task.dataset={name}", *(f"task.dataset_args.{k}={v}" for k, v in args.items())]
-    return [f"model.path={model}", f"task.num_eval_rows={rows}", *dataset]
+    return [f"model.path={model}", f"task.num_eval_rows={rows}", f"task.few_shot={few_shot}", *dataset]
 
 
-def score_dataset(engine: HFEngine, name: str, args: dict, model: str, rows: int, show: int) -> dict[str, float]:
-    cfg = load_config(CONFIG, dataset_overrides(name, args, model, rows))
+def score_dataset(
+    engine: HFEngine, name: str, args: dict, model: str, rows: int, few_shot: int, show: int
+) -> dict[str, float]:
+    cfg = load_config(CONFIG, dataset_overrides(name, args, model, rows, few_shot))
     held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)[1]
     loop = AgentLoop(
         engine, engine.tokenizer, AgentLimits.of(cfg.rollout, cfg.tools), prompt_format=cfg.task.prompt_format
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="datasets or games (default: all of both lists)")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--rows", type=int, default=64, help="held-out rows (episodes) per dataset and game")
+    parser.add_argument("--few-shot", type=int, default=0, help="worked examples before each reasoning-gym question")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--show", type=int, default=0, help="print the first N replies of each dataset")
     args = parser.parse_args()
@@ -114,13 +118,16 @@ def main() -> None:
     engine = HFEngine(path, attn_implementation=cfg.model.attn_implementation)
     chosen = set(args.names)
     total = time.perf_counter()
-    print(f"model {args.model}, {args.rows} held-out rows each, greedy, {args.threads} torch thread(s)")
+    print(
+        f"model {args.model}, {args.rows} held-out rows each, {args.few_shot} worked examples, greedy, "
+        f"{args.threads} torch thread(s)"
+    )
     print("| reasoning-gym dataset (args) | accuracy | mean reward | cut at max_new_tokens | seconds |")
     print("|---|---|---|---|---|")
     for name, dataset_args in DATASETS:
         if chosen and name not in chosen:
             continue
-        r = score_dataset(engine, name, dataset_args, args.model, args.rows, args.show)
+        r = score_dataset(engine, name, dataset_args, args.model, args.rows, args.few_shot, args.show)
         shown = f"{name} ({', '.join(f'{k}={v}' for k, v in dataset_args.items())})" if dataset_args else name
         print(
             f"| {shown} | {r['accuracy']:.3f} | {r['mean_reward']:.3f} | {r['cut']:.3f} of {r['max_new_tokens']} "

@@ -175,9 +175,10 @@ def test_a_missing_package_says_which_pip_command(monkeypatch):
     )
 
 
-def test_the_shipped_smollm2_recipe_mixes_four_datasets_with_equal_held_out_shares():
+def test_the_shipped_smollm2_recipe_mixes_three_datasets_with_worked_examples_and_equal_held_out_shares():
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "smol_reasoning_gym.yaml")
     train, held_out = task_rows(cfg.task, cfg.tools, cfg.run.seed)
-    names = ["ransom_note", "isomorphic_strings", "products", "spell_backward"]
-    assert [sum(r["ground_truth"]["dataset"] == n for r in held_out) for n in names] == [32] * 4
+    names = ["products", "chain_sum", "letter_counting"]
+    assert [sum(r["ground_truth"]["dataset"] == n for r in held_out) for n in names] == [32] * 3
     assert {r["ground_truth"]["dataset"] for r in train} == set(names) and overlap(train, held_out) is None
+    assert all(len(r["messages"]) == 2 + 2 * cfg.task.few_shot for r in held_out) and cfg.task.few_shot == 2
