@@ -1,6 +1,7 @@
 """The real tool server the hostile-code tests attack (tests/sandbox/test_hostile*.py): started once
 for them (`python -m relay.tools.server --port 0` on 127.0.0.1, a secret in its environment, small
-limits so the tests stay well under 90 s on 2 cores), and the checks that nothing outlives a run."""
+limits so the tests stay well under 90 s on 2 cores; `serving` starts another under other limits for a
+test that needs them), and the checks that nothing outlives a run."""
 
 from __future__ import annotations
 
