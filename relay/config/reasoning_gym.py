@@ -58,7 +58,7 @@ def validate_reasoning_gym(task) -> list[str]:
         return ["task.datasets: give task.dataset or task.datasets, not both"]
     if task.datasets and task.dataset_args:
         return ["task.dataset_args: with task.datasets, each dataset's arguments go in task.datasets.NAME.args"]
-    if isinstance(task.few_shot, bool) or not isinstance(task.few_shot, int) or task.few_shot < 0:
+    if task.few_shot < 0:  # its type is checked with every field's
         return [f"task.few_shot: the number of worked examples must be an integer >= 0, got {task.few_shot!r}"]
     try:
         from reasoning_gym.factory import DATASETS
