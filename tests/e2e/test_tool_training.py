@@ -1,7 +1,7 @@
 """End to end: loop.train on the tool-using math task, tool calls through the real sandbox.
 
-A short CPU run of configs/math_tool.yaml (the warm-started tiny model is built offline and
-cached on first use). Checks that the run finished, that tool calls happened in the sandbox,
+A short CPU run of configs/math_tool.yaml (from the warm-started tiny model shipped in the
+repository). Checks that the run finished, that tool calls happened in the sandbox,
 that rewards were computed from them, and that the policy learned to call the tool more.
 """
 
@@ -70,8 +70,9 @@ def test_math_tool_trains_with_sandboxed_tool_calls(tmp_path, monkeypatch):
     assert set(rewards) <= {0.0, 1.0} and sum(rewards) > 0
     assert all(s.reward == sum(s.meta["env"]["rewards"]) for s in samples)
     # RL at work: wrong direct guesses are never rewarded, so the policy calls the tool more often
-    # (0.76 -> 0.82 over the first and last 4 of 12 steps at seed 0). Reward stays within noise, over
-    # 12 steps and the config's 30 (docs/benchmarks/agent_tasks.md), so it is reported, not asserted.
+    # (0.49 -> 0.76 over the first and last 4 of 12 steps at seed 0). Reward and held-out accuracy
+    # rise too (0.15 -> 0.22 and 0.34 -> 0.53 on 32 rows at seed 0), but on so few rows and steps one
+    # seed is noisy, so they are reported, not asserted.
     per_step = [statistics.fmean(s.reward for s in batch) for batch in batches]
     calls_first = statistics.fmean(len(s.tool_calls) for batch in batches[:4] for s in batch)
     calls_last = statistics.fmean(len(s.tool_calls) for batch in batches[-4:] for s in batch)
