@@ -28,6 +28,8 @@ def demonstrations(s: SftConfig, task: TaskConfig, tools: ToolsConfig, train_row
         except (OSError, ValueError) as e:
             raise ConfigError([str(e)]) from None
         return conversations[: s.num_demonstrations or None]
+    if task.demonstrated_shapes:  # chat_tool: the other shapes are left to reward
+        train_rows = [row for row in train_rows if row["shape"] in task.demonstrated_shapes]
     rows = train_rows[: s.steps * s.batch_size]
     own = bfcl if task.name == "bfcl" else TOOL_TASKS.get(task.name)  # a module with demonstrations(rows)
     write = own.demonstrations if own else resolve_dotted(task.env).demonstrations

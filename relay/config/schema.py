@@ -81,6 +81,8 @@ class TaskConfig(ReasoningGymFields, TextArenaFields, BfclFields):  # their fiel
     operand_max: int = 20
     worked_example: bool = False  # tool_chain: one whole two-call episode in the system prompt
     nudge: float = 0.0  # tool_chain: share of a training group whose lookup reply names the next step
+    # chat_tool: the supervised stage's demonstrations ask only these shapes (CHAT_TOOL_SHAPES); empty: all
+    demonstrated_shapes: list[str] = field(default_factory=list)
     num_train_rows: int = 50_000
     num_eval_rows: int = 256
 

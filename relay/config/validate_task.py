@@ -9,7 +9,7 @@ from relay.config.dotted import check_dotted, resolve_dotted
 from relay.config.reasoning_gym import validate_reasoning_gym
 from relay.config.schema import TaskConfig, ToolsConfig
 from relay.config.textarena import validate_textarena
-from relay.config.tool_tasks import TOOL_TASK_TOOLS
+from relay.config.tool_tasks import CHAT_TOOL_SHAPES, TOOL_TASK_TOOLS
 from relay.config.user_code import check_env_class, check_reward_fn
 
 BUILT_IN_TASKS = ("arithmetic", "chat_arithmetic", *TOOL_TASK_TOOLS, "reasoning_gym", "textarena", "bfcl")
@@ -50,6 +50,12 @@ def validate_task(task: TaskConfig) -> list[str]:
     need(
         0 <= task.nudge <= 1 and (not task.nudge or task.name == "tool_chain"),
         f"task.nudge: a share in [0, 1] for the tool_chain task, got {task.nudge} for {task.name!r}",
+    )
+    unknown = [name for name in task.demonstrated_shapes if name not in CHAT_TOOL_SHAPES]
+    need(
+        not task.demonstrated_shapes or (task.name == "chat_tool" and not unknown),
+        f"task.demonstrated_shapes: chat_tool's shapes, from {', '.join(CHAT_TOOL_SHAPES)}; "
+        f"got {task.demonstrated_shapes} for {task.name!r}",
     )
     for key in ("train_file", "eval_file"):
         f = getattr(task, key)

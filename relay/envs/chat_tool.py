@@ -11,7 +11,8 @@
 Problems are three-digit products and two-step expressions of two-digit numbers; a 135M model
 gets few of them right in its head but can copy them into code. The held-out problems are drawn
 first, with the run's seed, and training rows never contain one of them. `demonstrations` writes
-tool-call conversations of training problems for the supervised stage (relay/config/sft.py).
+tool-call conversations of training problems for the supervised stage (relay/config/sft.py);
+`task.demonstrated_shapes` writes them for some shapes only, so the others are left to reward.
 """
 
 from __future__ import annotations
@@ -33,37 +34,42 @@ SYSTEM = (
     'Call it as <tool_call>\n{"name": "python", "arguments": {"code": "print(2 * 3)"}}\n</tool_call>\n'
     "Its output comes back in a tool message. Then answer with the number only."
 )
-# (expression template, operand range): three-digit products, and two steps on two-digit numbers
-SHAPES = (
-    ("{a} * {b}", (100, 999)),
-    ("{a} * {b} + {c}", (10, 99)),
-    ("({a} + {b}) * {c}", (10, 99)),
-    ("{a} * {b} - {c}", (10, 99)),
-)
+# name: (expression template, operand range): three-digit products, and two steps on two-digit
+# numbers. The names are relay.config.tool_tasks.CHAT_TOOL_SHAPES (task.demonstrated_shapes).
+SHAPES = {
+    "product": ("{a} * {b}", (100, 999)),
+    "product_plus": ("{a} * {b} + {c}", (10, 99)),
+    "sum_times": ("({a} + {b}) * {c}", (10, 99)),
+    "product_minus": ("{a} * {b} - {c}", (10, 99)),
+}
 
 
-def expression(rng: random.Random) -> str:
-    shape, (lo, hi) = rng.choice(SHAPES)
-    return shape.format(a=rng.randint(lo, hi), b=rng.randint(lo, hi), c=rng.randint(lo, hi))
+def expression(rng: random.Random) -> tuple[str, str]:
+    """(a random problem's expression, its shape's name)."""
+    name = rng.choice(tuple(SHAPES))
+    shape, (lo, hi) = SHAPES[name]
+    return shape.format(a=rng.randint(lo, hi), b=rng.randint(lo, hi), c=rng.randint(lo, hi)), name
 
 
-def as_row(expr: str) -> dict[str, Any]:
+def as_row(expr: str, shape: str | None = None) -> dict[str, Any]:
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {expr}?"}]
-    return {"messages": messages, "ground_truth": str(eval(expr, {"__builtins__": {}}))}  # our own digits and + - * ( )
+    row = {"messages": messages, "ground_truth": str(eval(expr, {"__builtins__": {}}))}  # our own digits and + - * ( )
+    return row | ({"shape": shape} if shape else {})
 
 
 def make_rows(num_train: int, num_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
     """(training rows, held-out rows): num_eval distinct held-out problems, and training problems
-    drawn with the same seed, skipping every held-out one."""
+    drawn with the same seed, skipping every held-out one. Each row names its shape."""
     rng = random.Random(seed)
-    held_out: dict[str, None] = {}
+    held_out: dict[str, str] = {}
     while len(held_out) < num_eval:
-        held_out[expression(rng)] = None
+        expr, shape = expression(rng)
+        held_out[expr] = shape
     train = []
     while len(train) < num_train:
-        if (expr := expression(rng)) not in held_out:
-            train.append(expr)
-    return [as_row(e) for e in train], [as_row(e) for e in held_out]
+        if (drawn := expression(rng))[0] not in held_out:
+            train.append(drawn)
+    return [as_row(*p) for p in train], [as_row(*p) for p in held_out.items()]
 
 
 def demonstrations(rows: list[dict]) -> list[dict]:

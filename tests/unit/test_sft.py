@@ -148,3 +148,26 @@ def test_a_tasks_demonstrations_answer_its_first_training_rows_up_to_the_budget(
     question = lambda messages: next(m["content"] for m in messages if m["role"] == "user")  # noqa: E731
     assert [question(c) for c in conversations] == [question(row["messages"]) for row in train[:4]]
     assert all(CALL.split("print")[0] in c[2]["content"] for c in conversations)  # a hermes call
+
+
+def test_demonstrated_shapes_keep_chat_tool_demonstrations_to_those_shapes_and_name_a_wrong_one():
+    """task.demonstrated_shapes: the demonstrations ask those shapes only, the first training rows of
+    them, while RL's training rows keep every shape; a name chat_tool lacks stops in one line."""
+    from relay.config.tool_tasks import CHAT_TOOL_SHAPES
+    from relay.run.rows import task_rows
+    from relay_trainer.sft import demonstrations
+
+    assert tuple(chat_tool.SHAPES) == CHAT_TOOL_SHAPES
+    tools = ["task.name=chat_tool", "tools.enabled=true", "tools.parser=hermes", "sft.steps=2", "sft.batch_size=3"]
+    cfg = load_config(None, [*tools, "task.demonstrated_shapes=[product]"])
+    train, _ = task_rows(cfg.task, cfg.tools, cfg.run.seed)
+    assert {row["shape"] for row in train[:100]} == set(CHAT_TOOL_SHAPES)
+    products = [row for row in train if row["shape"] == "product"][:6]
+    question = lambda messages: next(m["content"] for m in messages if m["role"] == "user")  # noqa: E731
+    conversations = demonstrations(cfg.sft, cfg.task, cfg.tools, train)
+    assert [question(c) for c in conversations] == [question(row["messages"]) for row in products]
+    assert all(" * " in q and "+" not in q and "-" not in q for q in map(question, conversations))
+    with pytest.raises(ConfigError, match=r"task.demonstrated_shapes: .*got \['square'\]"):
+        load_config(None, [*tools, "task.demonstrated_shapes=[square]"])
+    with pytest.raises(ConfigError, match="task.demonstrated_shapes: .* for 'tool_retry'"):
+        load_config(None, ["task.name=tool_retry", "task.demonstrated_shapes=[product]"])
