@@ -28,7 +28,7 @@ from relay.config.schema import (
     ToolsConfig,
     ToolServerConfig,
 )
-from relay.config.sft import validate_sft
+from relay.config.sft import TASK_DEMONSTRATIONS, validate_sft
 from relay.config.validate_algorithm import validate_algorithm
 from relay.config.validate_endpoint import validate_endpoint
 from relay.config.validate_pipeline import validate_colocate, validate_pipeline
@@ -135,6 +135,11 @@ def validate(cfg: Config) -> list[str]:
     p += validate_bfcl(task, cfg.tools)
     env_class = resolve_dotted(task.env) if task.env and check_dotted(task.env) is None else None
     p += validate_sft(cfg.sft, task.name, env_class)
+    need(
+        not task.demonstrated_shapes or (cfg.sft.steps > 0 and cfg.sft.data == TASK_DEMONSTRATIONS),
+        "task.demonstrated_shapes: picks the task's own demonstrations, so it needs sft.steps > 0 and "
+        f"sft.data: {TASK_DEMONSTRATIONS}; got sft.steps={cfg.sft.steps}, sft.data={cfg.sft.data}",
+    )
     need(r.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {r.max_turns}")
     need(
         r.max_live_episodes >= 0,

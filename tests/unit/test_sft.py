@@ -152,7 +152,8 @@ def test_a_tasks_demonstrations_answer_its_first_training_rows_up_to_the_budget(
 
 def test_demonstrated_shapes_keep_chat_tool_demonstrations_to_those_shapes_and_name_a_wrong_one():
     """task.demonstrated_shapes: the demonstrations ask those shapes only, the first training rows of
-    them, while RL's training rows keep every shape; a name chat_tool lacks stops in one line."""
+    them, while RL's training rows keep every shape; a name chat_tool lacks, or demonstrations read
+    from a file, stop in one line."""
     from relay.config.tool_tasks import CHAT_TOOL_SHAPES
     from relay.run.rows import task_rows
     from relay_trainer.sft import demonstrations
@@ -171,3 +172,5 @@ def test_demonstrated_shapes_keep_chat_tool_demonstrations_to_those_shapes_and_n
         load_config(None, [*tools, "task.demonstrated_shapes=[square]"])
     with pytest.raises(ConfigError, match="task.demonstrated_shapes: .* for 'tool_retry'"):
         load_config(None, ["task.name=tool_retry", "task.demonstrated_shapes=[product]"])
+    with pytest.raises(ConfigError, match="task.demonstrated_shapes: .* got sft.steps=2, sft.data=demos.jsonl"):
+        load_config(None, [*tools, "task.demonstrated_shapes=[product]", "sft.data=demos.jsonl"])
